@@ -1,0 +1,21 @@
+"""The Typer application object (only the `cli` package imports typer)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="mlb",
+    help=(
+        "mlb — a performance baseline for PyTorch projects that is reproducible, decomposable "
+        "and attributable.\n\n"
+        "Example: mlb run   (env-check, dataloader, throughput, latency and a report, on the "
+        "built-in demo profile: no data, no GPU needed)\n\n"
+        "Exit codes: 0 ok, 1 a verdict failed, 2 bad input, 3 not comparable / not possible "
+        "here, 130 interrupted."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)

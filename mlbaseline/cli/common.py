@@ -1,0 +1,199 @@
+"""What every command shares: option types, config loading, error handling, result output.
+
+Human output (rich tables, progress bars) goes to stderr; stdout carries only `--json`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from mlbaseline import config as cfgmod
+from mlbaseline.errors import ExitCode, MlbError, OutputExistsError
+from mlbaseline.progress import NullProgress
+from mlbaseline.results import Result, write_result
+
+T = TypeVar("T")
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (overrides the profile).", show_default=False),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="Built-in profile: demo (default), vision, text.", show_default=False),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write the result JSON here.", show_default=False),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the result JSON on stdout (nothing else on stdout).")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No tables or progress on stderr.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite existing output.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override any config field: --set throughput.min_steps=32 (repeatable).",
+        show_default=False,
+    ),
+]
+ShowConfigOpt = Annotated[
+    bool, typer.Option("--show-config", help="Print the resolved config as YAML and exit.")
+]
+
+
+class RichProgress:
+    """Progress bars on stderr; the core only sees the `Progress` protocol."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    @contextmanager
+    def task(self, description: str, total: int | None = None) -> Iterator[Any]:
+        columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn()]
+        columns += [MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress(*columns, console=self.console, transient=True) as bar:
+            task_id = bar.add_task(description, total=total)
+            yield _RichTask(bar, task_id)
+
+    def log(self, message: str) -> None:
+        self.console.print(message)
+
+
+@dataclass
+class _RichTask:
+    bar: Progress
+    task_id: Any
+
+    def advance(self, n: int = 1) -> None:
+        self.bar.advance(self.task_id, n)
+
+    def update(self, description: str | None = None, total: int | None = None) -> None:
+        self.bar.update(self.task_id, description=description, total=total)
+
+
+@dataclass
+class Ui:
+    """Console and progress for one command invocation."""
+
+    console: Console
+    progress: Any
+    quiet: bool
+
+    def print(self, *objects: Any) -> None:
+        if not self.quiet:
+            self.console.print(*objects)
+
+
+def make_ui(quiet: bool) -> Ui:
+    console = Console(stderr=True, quiet=quiet)
+    return Ui(console=console, progress=NullProgress() if quiet else RichProgress(console), quiet=quiet)
+
+
+def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
+    """One `Error: …` line on stderr, then exit."""
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(int(code))
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run the command body; the tool's own errors become one line and their exit code."""
+    try:
+        return fn()
+    except MlbError as exc:
+        fail(exc.message, exc.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", ExitCode.INTERRUPTED)
+
+
+def load_config(
+    config_file: Path | None,
+    profile: str | None,
+    sets: list[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> cfgmod.Config:
+    """CLI flags (overrides, then --set) > file > profile > default, via config.resolve."""
+    merged: dict[str, Any] = dict(overrides or {})
+    for key, value in _flatten(cfgmod.parse_set(sets or [])).items():
+        merged[key] = value
+    return cfgmod.resolve(config_file, profile, merged)
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, f"{dotted}."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def show_config(config: cfgmod.Config) -> NoReturn:
+    sys.stdout.write(cfgmod.to_yaml(config))
+    raise typer.Exit(0)
+
+
+def check_output(path: Path | None, force: bool) -> None:
+    """Refuse before measuring, not after: an existing output needs --force."""
+    if path is not None and path.exists() and not force:
+        raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
+
+
+def parse_int_list(text: str | None, what: str) -> list[int] | None:
+    """'32,64,128' → [32, 64, 128]; None stays None."""
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise MlbError(f"{what}: expected comma-separated integers, got '{text}'") from None
+    if not values:
+        raise MlbError(f"{what}: expected at least one value")
+    return values
+
+
+def exit_code_for(result: Result) -> ExitCode:
+    if result.status == "interrupted":
+        return ExitCode.INTERRUPTED
+    if result.verdict.failed or result.status == "failed":
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def emit(result: Result, output: Path | None, json_out: bool, force: bool, ui: Ui) -> NoReturn:
+    """Write the result file (atomically), print JSON if asked, exit with the verdict's code."""
+    if output is not None:
+        write_result(result, output, force=force)
+        ui.print(f"[dim]result written to {output}[/dim]")
+    if json_out:
+        sys.stdout.write(result.to_json())
+    for warning in result.warnings:
+        ui.print(f"[yellow]warning:[/yellow] {warning.get('message', warning)}")
+    if result.status != "complete":
+        ui.print(f"[red]status: {result.status}[/red] {'; '.join(result.notes)}")
+    raise typer.Exit(int(exit_code_for(result)))
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str) + "\n"

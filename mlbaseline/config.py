@@ -1,0 +1,440 @@
+"""YAML → typed, frozen config objects; validation, profiles and precedence in one place.
+
+Precedence (highest first): CLI flag > YAML file > profile > built-in default. `resolve()` is the
+only function that applies it. Every field carries help text in its metadata; the README's config
+reference is generated from these fields (`config_reference()`), and a test keeps it current.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlbaseline.errors import ConfigError
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_PROFILE = "demo"
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field with help text and validation metadata (min, max, choices)."""
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class GoldenConfig:
+    """The four golden parameters. They may be changed, but compare treats a change as
+    'not comparable'."""
+
+    seed: int = _f(42, "Seed for random, NumPy, torch and every CUDA device.", min=0)
+    batch_size: int = _f(64, "Reference batch size (64 for vision, 16 for text).", min=1)
+    subset_size: int = _f(1024, "Samples in the baseline subset (16 steps at batch 64).", min=1)
+    telemetry_interval_s: float = _f(0.1, "Telemetry sampling interval in seconds.", gt=0)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What is measured: model, data, loss and optimizer, by name or import path."""
+
+    task: str = _f("vision", "Kind of built-in synthetic data.", choices=("vision", "text"))
+    model: str = _f(
+        "torchvision:resnet18",
+        "Model: `torchvision:NAME`, `builtin:NAME` (tiny_cnn, tiny_mlp, tiny_text) or "
+        "`pkg.module:callable`.",
+    )
+    model_kwargs: dict[str, Any] = _f({}, "Keyword arguments for the model factory.")
+    dataset: str = _f(
+        "synthetic",
+        "Dataset: `synthetic` (built-in, no data needed), `imagefolder` (uses data_dir) or "
+        "`pkg.module:callable`.",
+    )
+    dataset_kwargs: dict[str, Any] = _f({}, "Keyword arguments for the dataset factory.")
+    data_dir: str | None = _f(None, "Image-folder dataset root (one sub-folder per class).")
+    transform: str | None = _f(
+        None, "Transform factory `pkg.module:callable`; default: resize + to-tensor."
+    )
+    transform_kwargs: dict[str, Any] = _f({}, "Keyword arguments for the transform factory.")
+    loss: str = _f("torch.nn:CrossEntropyLoss", "Loss factory by import path.")
+    loss_kwargs: dict[str, Any] = _f({}, "Keyword arguments for the loss factory.")
+    optimizer: str = _f("torch.optim:SGD", "Optimizer class by import path.")
+    optimizer_kwargs: dict[str, Any] = _f({"lr": 0.01}, "Keyword arguments for the optimizer.")
+    image_size: int = _f(224, "Side of synthetic images, pixels.", min=8)
+    num_classes: int = _f(10, "Classes of the synthetic datasets.", min=1)
+    dataset_size: int | None = _f(
+        None, "Samples in the synthetic dataset; default: golden.subset_size.", min=1
+    )
+    vocab_size: int = _f(10000, "Vocabulary of the synthetic text dataset.", min=2)
+    min_length: int = _f(16, "Shortest synthetic text sequence, tokens.", min=1)
+    max_length: int = _f(512, "Longest allowed sequence; longer samples are cut, with a warning.", min=1)
+    device: str = _f("auto", "`auto` (cuda when present, else cpu), `cpu`, `cuda` or `cuda:N`.")
+    dtype: str = _f("float32", "Model dtype.", choices=("float32", "float16", "bfloat16"))
+    deterministic: bool = _f(True, "torch.backends.cudnn.deterministic.")
+    cudnn_benchmark: bool = _f(False, "torch.backends.cudnn.benchmark (False keeps kernels fixed).")
+    threads: int | None = _f(None, "torch.set_num_threads; default: torch's own choice.", min=1)
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """Training and inference throughput, stage-decomposed."""
+
+    mode: str = _f("both", "What to measure.", choices=("train", "inference", "both"))
+    batch_sizes: list[int] = _f([32, 64, 128], "Batch-size sweep.")
+    min_time_s: float = _f(5.0, "Stop rule: measure at least this long (after warm-up).", min=0)
+    min_steps: int = _f(16, "Stop rule: at least this many measured steps.", min=1)
+    max_steps: int = _f(500, "Stop rule cap: at most this many measured steps.", min=1)
+    max_time_s: float = _f(120.0, "Stop rule cap: at most this long per batch size.", gt=0)
+    stability_tolerance: float = _f(
+        0.03, "Stop rule: the last windows' medians within this fraction.", gt=0
+    )
+    stability_windows: int = _f(3, "Stop rule: number of windows that must agree.", min=1)
+    window: int = _f(8, "Steps per stability window.", min=2)
+    warmup_min: int = _f(3, "Warm-up: at least this many steps.", min=0)
+    warmup_max: int = _f(50, "Warm-up: at most this many steps, then a warning.", min=1)
+    num_workers: int = _f(0, "DataLoader workers feeding the training loop.", min=0)
+    nproc: int = _f(1, "Processes (torch.distributed, gloo on CPU, NCCL on GPU).", min=1)
+    sync_mode: str = _f(
+        "both", "Gradient sync timing in multi-process runs.", choices=("allreduce", "ddp", "both")
+    )
+    repeats: int = _f(1, "Fresh-process replicates.", min=1)
+    telemetry: bool = _f(True, "Run the telemetry sampler while measuring.")
+
+
+@dataclass(frozen=True)
+class LatencyConfig:
+    """Batch-1 request latency under concurrency."""
+
+    requests: int = _f(1000, "Requests per level.", min=1)
+    batch_size: int = _f(1, "Batch size of one request.", min=1)
+    concurrency: int = _f(1, "Closed loop: clients, each sends when its answer is back.", min=1)
+    rate: float | None = _f(None, "Open loop: Poisson arrivals at this rate (requests/s).", gt=0)
+    sweep: list[int] = _f([], "Concurrency sweep, e.g. [1, 2, 4, 8].")
+    trim_fraction: float = _f(
+        0.05, "Drop this share of requests at each end, by send order.", min=0, max=0.45
+    )
+    sla_p99_s: float = _f(0.150, "SLA: p99 latency must not exceed this, seconds.", gt=0)
+    warmup_requests: int = _f(10, "Untimed requests before measuring.", min=0)
+    url: str | None = _f(None, "Endpoint mode: HTTP URL to send requests to (only this URL).")
+    method: str = _f("POST", "Endpoint mode: HTTP method.", choices=("GET", "POST", "PUT"))
+    body: str | None = _f(None, "Endpoint mode: request body (text).")
+    body_file: str | None = _f(None, "Endpoint mode: file whose bytes are the request body.")
+    content_type: str = _f("application/json", "Endpoint mode: Content-Type header.")
+    timeout_s: float = _f(10.0, "Endpoint mode: per-request timeout, seconds.", gt=0)
+
+
+@dataclass(frozen=True)
+class DataloaderConfig:
+    """Data-loading baseline: read / decode / transform / collate, worker sweeps."""
+
+    data_dir: str | None = _f(None, "Image-folder root; default: a generated synthetic tree.")
+    workers: list[int] = _f([0, 2, 4, 8], "num_workers sweep (capped at usable CPUs).")
+    pin_memory: list[bool] = _f([False, True], "pin_memory settings to try.")
+    persistent_workers: bool = _f(False, "Keep workers alive between passes.")
+    batches: int = _f(16, "Batches per setting (at least 16).", min=1)
+    batch_size: int | None = _f(None, "Batch size; default: golden.batch_size.", min=1)
+    decoder: str = _f("pil", "Image decoder.", choices=("pil", "opencv"))
+    cold_cache: bool = _f(True, "Also measure a cold page-cache pass (posix_fadvise DONTNEED).")
+    knee_tolerance: float = _f(0.05, "Knee: smallest workers within this share of the best.", gt=0)
+    synthetic_images: int = _f(1024, "Images in the generated tree when no data_dir.", min=1)
+
+
+@dataclass(frozen=True)
+class SubsetConfig:
+    """The stratified baseline subset and its KL validation."""
+
+    source: str | None = _f(None, "Image-folder dataset to sample from.")
+    n: int | None = _f(None, "Subset size; default: golden.subset_size.", min=1)
+    strategy: str = _f(
+        "proportional", "Per-class quota rule.", choices=("proportional", "balanced")
+    )
+    link: str = _f("copy", "How files are placed.", choices=("copy", "hardlink", "symlink"))
+    extractor: str = _f("stats", "Features for KL validation.", choices=("stats", "resnet18"))
+    weights: str | None = _f(None, "Local resnet18 weights file (else fixed-seed random init).")
+    kl_threshold: float = _f(0.05, "Pass when the mean Gaussian KL is below this.", gt=0)
+    reference_max: int = _f(10000, "Full-set side: at most this many reference images.", min=1)
+    retries: int = _f(1, "Seeds to try; the subset with the lowest KL is kept.", min=1)
+    keep_corrupt: bool = _f(False, "Keep images that fail to decode.")
+    save_tensors: bool = _f(False, "Also write baseline_subset.pt (uint8 tensors + labels).")
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """How two results are compared."""
+
+    alpha: float = _f(0.05, "Significance level after Holm correction.", gt=0, max=1)
+    threshold: float = _f(0.03, "Practical threshold: smallest change that matters.", gt=0)
+    thresholds: dict[str, float] = _f({}, "Per-metric threshold overrides, by metric name.")
+    confidence: float = _f(0.95, "Confidence level of the bootstrap CIs.", gt=0, max=0.9999)
+    n_resamples: int = _f(2000, "Bootstrap resamples.", min=100)
+    min_replicates: int = _f(5, "Replicates per side needed to compare at process level.", min=2)
+    fail_on: str = _f(
+        "regressed", "Which verdicts exit 1.", choices=("regressed", "any", "never")
+    )
+
+
+@dataclass(frozen=True)
+class EnvCheckConfig:
+    """Thresholds of `mlb env-check` (and of the env-check phase of `mlb run`)."""
+
+    gpu_max_temp_c: float = _f(65.0, "GPU temperature limit, °C.")
+    gpu_max_memory_used: float = _f(0.10, "GPU memory in use before the run, share.", min=0, max=1)
+    gpu_min_memory_gb: float = _f(12.0, "GPU total memory needed for batch 64, GB.", min=0)
+    cpu_min_idle: float = _f(0.90, "CPU idle share needed before a run.", min=0, max=1)
+    cpu_idle_window_s: float = _f(0.5, "Window over which CPU idle is measured, s.", gt=0)
+    min_ram_gb: float = _f(32.0, "Available RAM advised for pinned memory, GB.", min=0)
+    expect: dict[str, str] = _f(
+        {}, "Version pins: torch, torchvision, cuda, cudnn, driver (prefix match)."
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole resolved configuration; copied into every result."""
+
+    profile: str = _f(DEFAULT_PROFILE, "Profile the config was built on.")
+    golden: GoldenConfig = field(default_factory=GoldenConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    dataloader: DataloaderConfig = field(default_factory=DataloaderConfig)
+    subset: SubsetConfig = field(default_factory=SubsetConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    env_check: EnvCheckConfig = field(default_factory=EnvCheckConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- building from plain data
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return getattr(origin, "__name__", str(origin))
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    """Check `value` against the annotation `tp`; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, path)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {type(value).__name__}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
+        return [_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+        return {str(k): _coerce(v, args[1], f"{path}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{path}: unsupported type {tp!r}")  # pragma: no cover - schema bug
+
+
+def _check_range(value: Any, meta: Mapping[str, Any], path: str) -> None:
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if item is None or isinstance(item, (bool, str, dict)):
+            if "choices" in meta and item is not None and item not in meta["choices"]:
+                choices = ", ".join(map(str, meta["choices"]))
+                raise ConfigError(f"{path}: {item!r} is not one of {choices}")
+            continue
+        if "min" in meta and item < meta["min"]:
+            raise ConfigError(f"{path}: must be ≥ {meta['min']}, got {item}")
+        if "gt" in meta and item <= meta["gt"]:
+            raise ConfigError(f"{path}: must be > {meta['gt']}, got {item}")
+        if "max" in meta and item > meta["max"]:
+            raise ConfigError(f"{path}: must be ≤ {meta['max']}, got {item}")
+
+
+def _unknown_key(key: str, known: list[str], path: str) -> ConfigError:
+    where = f"{path}.{key}" if path else key
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"{where}: unknown key{hint}")
+
+
+def build(cls: type, data: Mapping[str, Any], path: str = "") -> Any:
+    """Build the dataclass `cls` from a mapping, with errors as `path.to.field: message`."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise _unknown_key(str(key), list(fields), path)
+        where = f"{path}.{key}" if path else str(key)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = build(tp, value if value is not None else {}, where)
+            continue
+        coerced = _coerce(value, tp, where)
+        _check_range(coerced, fields[key].metadata, where)
+        kwargs[key] = coerced
+    return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- sources and precedence
+
+
+def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge `top` over `base`; nested mappings merge, everything else is replaced."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read one YAML mapping with `yaml.safe_load` (never `yaml.load`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.__class__.__name__})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if p.stem != "default")
+
+
+def load_profile(name: str) -> dict[str, Any]:
+    """The built-in profile `name` from `configs/NAME.yaml`."""
+    names = available_profiles()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"profile: unknown profile '{name}'{hint}; known: {', '.join(names)}")
+    data = read_yaml(PROFILES_DIR / f"{name}.yaml")
+    data.pop("profile", None)
+    return data
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """`--set a.b=VALUE` pairs into a nested mapping; VALUE is parsed as YAML (safe_load)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. throughput.min_steps=32")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item}: value is not valid YAML") from None
+        out = deep_merge(out, nest(key.strip(), value))
+    return out
+
+
+def nest(dotted: str, value: Any) -> dict[str, Any]:
+    """'a.b.c', v → {'a': {'b': {'c': v}}}."""
+    node: Any = value
+    for part in reversed(dotted.split(".")):
+        node = {part: node}
+    return node
+
+
+def resolve(
+    config_file: Path | None = None,
+    profile: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """The one place precedence is applied: CLI overrides > file > profile > built-in default.
+
+    The profile is the `--profile` flag, else the file's own `profile:` key, else `demo`.
+    `overrides` maps dotted paths (`throughput.batch_sizes`) to values; None values are skipped
+    so that unset CLI flags do not override anything.
+    """
+    file_data = read_yaml(config_file) if config_file is not None else {}
+    file_profile = file_data.pop("profile", None)
+    if file_profile is not None and not isinstance(file_profile, str):
+        raise ConfigError("profile: expected a string")
+    name = profile or file_profile or DEFAULT_PROFILE
+    merged = deep_merge(load_profile(name), file_data)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            merged = deep_merge(merged, nest(dotted, value))
+    merged["profile"] = name
+    return build(Config, merged)
+
+
+# ---------------------------------------------------------------- documentation
+
+
+def iter_fields(cls: type = Config, prefix: str = "") -> typing.Iterator[tuple[str, str, Any, str]]:
+    """(dotted name, type, default, help) for every leaf field, in schema order."""
+    hints = typing.get_type_hints(cls)
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from iter_fields(tp, f"{name}.")
+            continue
+        yield name, _type_name(tp), getattr(instance, f.name), f.metadata.get("help", "")
+
+
+def config_reference() -> str:
+    """Markdown table of every config field; the README embeds it and a test checks it."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, tp, default, help_text in iter_fields():
+        shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+        lines.append(f"| `{name}` | {tp} | `{shown}` | {help_text} |")
+    return "\n".join(lines)
+
+
+def to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

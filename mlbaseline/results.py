@@ -1,0 +1,341 @@
+"""Result files: schema, versioning, atomic read and write. No torch here.
+
+Schema history (the loader map below upgrades older minors; an unknown major is an error):
+- 1.0: first version.
+
+Raw values are the truth; `summary` is derived and recomputed on load, so a result can never
+disagree with its own samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mlbaseline import TOOL_NAME, __version__
+from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
+
+SCHEMA_VERSION = "1.0"
+KINDS = ("env-check", "throughput", "latency", "dataloader", "subset", "compare", "run")
+STATUSES = ("complete", "interrupted", "failed")
+CHECK_STATUSES = ("pass", "warn", "fail", "skip")
+
+# minor-version upgraders: "1.x" -> function(doc) -> doc of the next version
+_UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+@dataclass
+class Metric:
+    """Raw samples of one metric, in SI units, with the discarded warm-up kept separately."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    values: list[float]
+    warmup: list[float] = field(default_factory=list)
+    replicate: list[int] | None = None  # replicate (fresh process) id per value
+    rank: list[int] | None = None  # distributed rank per value
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.values = [float(v) for v in self.values]
+        self.warmup = [float(v) for v in self.warmup]
+        for label, seq in (("replicate", self.replicate), ("rank", self.rank)):
+            if seq is not None and len(seq) != len(self.values):
+                raise ValueError(f"{self.name}: {label} ids must match values in length")
+
+
+@dataclass
+class Check:
+    """One verdict check: what was measured, against which threshold, and what to do."""
+
+    name: str
+    status: str  # pass / warn / fail / skip
+    value: Any = None
+    threshold: Any = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass
+class Verdict:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if any(c.status == "fail" for c in self.checks):
+            return "fail"
+        if any(c.status == "warn" for c in self.checks):
+            return "warn"
+        return "pass"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "checks": [c.to_dict() for c in self.checks]}
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Result:
+    """One command run. `data` holds kind-specific payload (plans, per-request records, …)."""
+
+    kind: str
+    config: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(
+        default_factory=lambda: {"blocking": {}, "informational": {}}
+    )
+    measurements: dict[str, Metric] = field(default_factory=dict)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    verdict: Verdict = field(default_factory=Verdict)
+    status: str = "complete"
+    data: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)  # name -> path relative to the JSON
+    notes: list[str] = field(default_factory=list)
+    created_at: str = field(default_factory=utc_now)
+    schema_version: str = SCHEMA_VERSION
+    tool: dict[str, str] = field(default_factory=lambda: {"name": TOOL_NAME, "version": __version__})
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown result kind {self.kind!r}")
+
+    def add_metric(self, metric: Metric) -> Metric:
+        self.measurements[metric.name] = metric
+        return metric
+
+    def warn(self, code: str, message: str, **extra: Any) -> None:
+        self.warnings.append({"code": code, "message": message, **extra})
+
+    def mark(self, status: str, note: str | None = None) -> None:
+        """Mark the result interrupted/failed; the first fault wins, notes accumulate."""
+        if status not in STATUSES:
+            raise ValueError(status)
+        if self.status == "complete":
+            self.status = status
+        if note:
+            self.notes.append(note)
+
+    def summary(self) -> dict[str, Any]:
+        """Derived statistics per metric, recomputed from the raw values."""
+        from mlbaseline import stats
+
+        out: dict[str, Any] = {}
+        for name, metric in self.measurements.items():
+            finite = [v for v in metric.values if math.isfinite(v)]
+            out[name] = stats.summarize(finite).to_dict() if finite else {"n": 0}
+        return {"metrics": out, "percentile_method": stats.PERCENTILE_METHOD}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "kind": self.kind,
+            "tool": self.tool,
+            "created_at": self.created_at,
+            "status": self.status,
+            "config": self.config,
+            "environment": self.environment,
+            "measurements": {k: asdict(m) for k, m in self.measurements.items()},
+            "summary": self.summary(),
+            "warnings": self.warnings,
+            "verdict": self.verdict.to_dict(),
+            "data": self.data,
+            "artifacts": self.artifacts,
+            "notes": self.notes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(_jsonable(self.to_dict()), indent=2, allow_nan=False) + "\n"
+
+
+def _jsonable(obj: Any) -> Any:
+    """NaN/inf are not JSON: write them as null so every file stays strictly valid."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _jsonable(obj.item())
+    return obj
+
+
+# ---------------------------------------------------------------- writing
+
+
+def atomic_write_text(path: Path, text: str, force: bool = False) -> Path:
+    """Write via a temp file in the same folder + rename, so no reader sees half a file and a
+    failure (disk full, permission denied) leaves nothing behind. Refuses to overwrite unless
+    `force`."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if not force and path.exists():
+            raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
+        os.replace(tmp, path)
+    except OutputExistsError:
+        _remove_quietly(tmp)
+        raise
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return path
+
+
+def _remove_quietly(path: str | Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def write_result(result: Result, path: Path, force: bool = False) -> Path:
+    return atomic_write_text(Path(path), result.to_json(), force=force)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _check_version(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    version = doc.get("schema_version")
+    if not isinstance(version, str) or "." not in version:
+        raise ResultFileError(f"{where}: not an mlb result file (no schema_version)")
+    major, _, _ = version.partition(".")
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise ResultFileError(
+            f"{where}: schema version {version} is not supported by this mlb "
+            f"(reads {SCHEMA_VERSION.split('.')[0]}.x)"
+        )
+    while doc["schema_version"] in _UPGRADES:
+        doc = _UPGRADES[doc["schema_version"]](doc)
+    return doc
+
+
+def _metric_from(name: str, raw: Any, where: str) -> Metric:
+    if not isinstance(raw, dict):
+        raise ResultFileError(f"{where}: measurements.{name} is not an object")
+    try:
+        values = raw["values"]
+        if not isinstance(values, list):
+            raise TypeError
+        if any(v is None or not isinstance(v, (int, float)) for v in values):
+            raise ResultFileError(f"{where}: measurements.{name} has non-numeric or NaN samples")
+        return Metric(
+            name=name,
+            unit=str(raw["unit"]),
+            higher_is_better=bool(raw["higher_is_better"]),
+            values=values,
+            warmup=[v for v in raw.get("warmup", []) if v is not None],
+            replicate=raw.get("replicate"),
+            rank=raw.get("rank"),
+            meta=raw.get("meta") or {},
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ResultFileError(f"{where}: measurements.{name} is malformed") from None
+
+
+def result_from_dict(doc: Any, where: str = "result") -> Result:
+    if not isinstance(doc, dict):
+        raise ResultFileError(f"{where}: not an mlb result file (top level is not an object)")
+    doc = _check_version(doc, where)
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise ResultFileError(f"{where}: unknown result kind {kind!r}")
+    status = doc.get("status", "complete")
+    if status not in STATUSES:
+        raise ResultFileError(f"{where}: unknown status {status!r}")
+    raw_measurements = doc.get("measurements") or {}
+    if not isinstance(raw_measurements, dict):
+        raise ResultFileError(f"{where}: measurements is not an object")
+    checks_raw = (doc.get("verdict") or {}).get("checks") or []
+    try:
+        checks = [
+            Check(
+                name=c["name"],
+                status=c["status"],
+                value=c.get("value"),
+                threshold=c.get("threshold"),
+                message=c.get("message", ""),
+            )
+            for c in checks_raw
+        ]
+    except (KeyError, TypeError):
+        raise ResultFileError(f"{where}: verdict.checks is malformed") from None
+    return Result(
+        kind=kind,
+        config=doc.get("config") or {},
+        environment=doc.get("environment") or {"blocking": {}, "informational": {}},
+        measurements={k: _metric_from(k, v, where) for k, v in raw_measurements.items()},
+        warnings=doc.get("warnings") or [],
+        verdict=Verdict(checks),
+        status=status,
+        data=doc.get("data") or {},
+        artifacts=doc.get("artifacts") or {},
+        notes=doc.get("notes") or [],
+        created_at=doc.get("created_at", ""),
+        schema_version=SCHEMA_VERSION,
+        tool=doc.get("tool") or {},
+    )
+
+
+def load_result(path: Path, kinds: Iterable[str] | None = None) -> Result:
+    """Load and validate one result file; every problem is a one-line ResultFileError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultFileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ResultFileError(f"{path}: is a directory, not a result file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultFileError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    if not text.strip():
+        raise ResultFileError(f"{path}: empty file")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultFileError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}; truncated?)"
+        ) from None
+    except RecursionError:
+        raise ResultFileError(f"{path}: not valid JSON (nested too deeply)") from None
+    result = result_from_dict(doc, str(path))
+    allowed = tuple(kinds) if kinds is not None else None
+    if allowed and result.kind not in allowed:
+        raise ResultFileError(
+            f"{path}: is a '{result.kind}' result; expected {' or '.join(allowed)}"
+        )
+    return result

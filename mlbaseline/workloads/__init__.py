@@ -1,0 +1,1 @@
+"""Workload factories: model, dataset, transform, loss and optimizer from config."""
