@@ -1,0 +1,1 @@
+"""Reports: Markdown and figures from result files. Never measures; imports no torch."""

@@ -1,0 +1,1 @@
+"""One runner per command: the library core each CLI command calls."""
