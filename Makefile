@@ -6,7 +6,7 @@ MLB := $(VENV)/bin/mlb
 STAMP := $(VENV)/.installed-stamp
 BENCH ?= all
 
-.PHONY: install test lint format demo bench gpu-check clean
+.PHONY: install test lint format demo bench gpu-check clean docs
 
 install: $(STAMP)
 
@@ -39,3 +39,6 @@ gpu-check: install
 
 clean:
 	rm -rf mlb-results .pytest_cache
+
+docs: install
+	$(PY) scripts/update_readme.py
