@@ -1,4 +1,4 @@
-"""mlb: a performance baseline for PyTorch projects that is reproducible, decomposable and attributable."""
+"""mlb: a reproducible, decomposable and attributable performance baseline for PyTorch."""
 
 __version__ = "0.1.0"
 TOOL_NAME = "mlb"

@@ -76,7 +76,9 @@ class WorkloadConfig:
     )
     vocab_size: int = _f(10000, "Vocabulary of the synthetic text dataset.", min=2)
     min_length: int = _f(16, "Shortest synthetic text sequence, tokens.", min=1)
-    max_length: int = _f(512, "Longest allowed sequence; longer samples are cut, with a warning.", min=1)
+    max_length: int = _f(
+        512, "Longest allowed sequence; longer samples are cut, with a warning.", min=1
+    )
     device: str = _f("auto", "`auto` (cuda when present, else cpu), `cpu`, `cuda` or `cuda:N`.")
     dtype: str = _f("float32", "Model dtype.", choices=("float32", "float16", "bfloat16"))
     deterministic: bool = _f(True, "torch.backends.cudnn.deterministic.")
@@ -177,9 +179,7 @@ class CompareConfig:
     confidence: float = _f(0.95, "Confidence level of the bootstrap CIs.", gt=0, max=0.9999)
     n_resamples: int = _f(2000, "Bootstrap resamples.", min=100)
     min_replicates: int = _f(5, "Replicates per side needed to compare at process level.", min=2)
-    fail_on: str = _f(
-        "regressed", "Which verdicts exit 1.", choices=("regressed", "any", "never")
-    )
+    fail_on: str = _f("regressed", "Which verdicts exit 1.", choices=("regressed", "any", "never"))
 
 
 @dataclass(frozen=True)

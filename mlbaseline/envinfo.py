@@ -58,7 +58,7 @@ def cpu_model(root: Path = Path("/")) -> str:
 
 
 def cgroup_cpu_quota(root: Path = Path("/")) -> float | None:
-    """CPUs allowed by the cgroup quota (v2 `cpu.max`, else v1 cfs quota/period); None = no limit."""
+    """CPUs allowed by the cgroup quota (v2 `cpu.max`, else v1 cfs quota); None: no limit."""
     v2 = read_text(root / "sys/fs/cgroup/cpu.max")
     if v2:
         quota, _, period = v2.partition(" ")

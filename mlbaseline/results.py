@@ -113,7 +113,9 @@ class Result:
     notes: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=utc_now)
     schema_version: str = SCHEMA_VERSION
-    tool: dict[str, str] = field(default_factory=lambda: {"name": TOOL_NAME, "version": __version__})
+    tool: dict[str, str] = field(
+        default_factory=lambda: {"name": TOOL_NAME, "version": __version__}
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -244,27 +246,33 @@ def _check_version(doc: dict[str, Any], where: str) -> dict[str, Any]:
     return doc
 
 
+def _numbers(seq: Any) -> bool:
+    return isinstance(seq, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seq
+    )
+
+
+def _ids(seq: Any) -> bool:
+    return seq is None or (isinstance(seq, list) and all(isinstance(v, int) for v in seq))
+
+
 def _metric_from(name: str, raw: Any, where: str) -> Metric:
     if not isinstance(raw, dict):
         raise ResultFileError(f"{where}: measurements.{name} is not an object")
+    values, warmup = raw.get("values"), raw.get("warmup") or []
+    if not isinstance(values, list) or not values:
+        raise ResultFileError(f"{where}: measurements.{name} has no samples")
+    if not _numbers(values) or not _numbers(warmup):
+        raise ResultFileError(f"{where}: measurements.{name} has non-numeric or NaN samples")
+    unit, hib, meta = raw.get("unit"), raw.get("higher_is_better"), raw.get("meta") or {}
+    if not isinstance(unit, str) or not isinstance(hib, bool) or not isinstance(meta, dict):
+        raise ResultFileError(f"{where}: measurements.{name} is malformed (unit/direction/meta)")
+    if not _ids(raw.get("replicate")) or not _ids(raw.get("rank")):
+        raise ResultFileError(f"{where}: measurements.{name} has malformed replicate/rank ids")
     try:
-        values = raw["values"]
-        if not isinstance(values, list):
-            raise TypeError
-        if any(v is None or not isinstance(v, (int, float)) for v in values):
-            raise ResultFileError(f"{where}: measurements.{name} has non-numeric or NaN samples")
-        return Metric(
-            name=name,
-            unit=str(raw["unit"]),
-            higher_is_better=bool(raw["higher_is_better"]),
-            values=values,
-            warmup=[v for v in raw.get("warmup", []) if v is not None],
-            replicate=raw.get("replicate"),
-            rank=raw.get("rank"),
-            meta=raw.get("meta") or {},
-        )
-    except (KeyError, TypeError, ValueError):
-        raise ResultFileError(f"{where}: measurements.{name} is malformed") from None
+        return Metric(name, unit, hib, values, warmup, raw.get("replicate"), raw.get("rank"), meta)
+    except ValueError as exc:
+        raise ResultFileError(f"{where}: {exc}") from None
 
 
 def result_from_dict(doc: Any, where: str = "result") -> Result:
@@ -277,38 +285,47 @@ def result_from_dict(doc: Any, where: str = "result") -> Result:
     status = doc.get("status", "complete")
     if status not in STATUSES:
         raise ResultFileError(f"{where}: unknown status {status!r}")
-    raw_measurements = doc.get("measurements") or {}
-    if not isinstance(raw_measurements, dict):
-        raise ResultFileError(f"{where}: measurements is not an object")
-    checks_raw = (doc.get("verdict") or {}).get("checks") or []
+    raw_measurements = _field(doc, "measurements", dict, where)
+    checks_raw = _field(_field(doc, "verdict", dict, where), "checks", list, where, "verdict.")
     try:
         checks = [
             Check(
-                name=c["name"],
-                status=c["status"],
+                name=str(c["name"]),
+                status=str(c["status"]),
                 value=c.get("value"),
                 threshold=c.get("threshold"),
-                message=c.get("message", ""),
+                message=str(c.get("message", "")),
             )
             for c in checks_raw
         ]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         raise ResultFileError(f"{where}: verdict.checks is malformed") from None
+    environment = _field(doc, "environment", dict, where) or {"blocking": {}, "informational": {}}
     return Result(
         kind=kind,
-        config=doc.get("config") or {},
-        environment=doc.get("environment") or {"blocking": {}, "informational": {}},
+        config=_field(doc, "config", dict, where),
+        environment=environment,
         measurements={k: _metric_from(k, v, where) for k, v in raw_measurements.items()},
-        warnings=doc.get("warnings") or [],
+        warnings=_field(doc, "warnings", list, where),
         verdict=Verdict(checks),
         status=status,
-        data=doc.get("data") or {},
-        artifacts=doc.get("artifacts") or {},
-        notes=doc.get("notes") or [],
-        created_at=doc.get("created_at", ""),
+        data=_field(doc, "data", dict, where),
+        artifacts=_field(doc, "artifacts", dict, where),
+        notes=[str(n) for n in _field(doc, "notes", list, where)],
+        created_at=str(doc.get("created_at", "")),
         schema_version=SCHEMA_VERSION,
-        tool=doc.get("tool") or {},
+        tool=_field(doc, "tool", dict, where),
     )
+
+
+def _field(doc: dict[str, Any], key: str, tp: type, where: str, prefix: str = "") -> Any:
+    """doc[key] if it has type `tp`, an empty `tp` if absent/null, else a one-line error."""
+    value = doc.get(key)
+    if value is None:
+        return tp()
+    if not isinstance(value, tp):
+        raise ResultFileError(f"{where}: {prefix}{key} should be a {tp.__name__}")
+    return value
 
 
 def load_result(path: Path, kinds: Iterable[str] | None = None) -> Result:

@@ -27,9 +27,7 @@ BLOCKS = {"config-reference": config_reference, "exit-codes": exit_code_table}
 
 def render(text: str) -> str:
     for name, fn in BLOCKS.items():
-        pattern = re.compile(
-            rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", flags=re.DOTALL
-        )
+        pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", flags=re.DOTALL)
         if not pattern.search(text):
             raise SystemExit(f"README.md has no {name} block")
         text = pattern.sub(lambda m, fn=fn: m.group(1) + fn() + "\n" + m.group(2), text)

@@ -38,7 +38,9 @@ def test_precedence_cli_over_file_over_profile(tmp_path):
 
 def test_unknown_key_did_you_mean(tmp_path):
     f = write(tmp_path, "throughput:\n  batch_size: [1]\n")
-    with pytest.raises(ConfigError, match=r"^throughput.batch_size: unknown key \(did you mean 'batch_sizes'\?\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^throughput.batch_size: unknown key \(did you mean 'batch_sizes'\?\)$"
+    ):
         cfg.resolve(f)
 
 
@@ -47,9 +49,18 @@ def test_unknown_key_did_you_mean(tmp_path):
     [
         ("golden:\n  seed: abc\n", "golden.seed: expected an integer, got 'abc'"),
         ("golden:\n  batch_size: -4\n", "golden.batch_size: must be ≥ 1, got -4"),
-        ("golden:\n  telemetry_interval_s: 0\n", "golden.telemetry_interval_s: must be > 0, got 0.0"),
-        ("throughput:\n  batch_sizes: [1, x]\n", "throughput.batch_sizes[1]: expected an integer, got 'x'"),
-        ("subset:\n  strategy: random\n", "subset.strategy: 'random' is not one of proportional, balanced"),
+        (
+            "golden:\n  telemetry_interval_s: 0\n",
+            "golden.telemetry_interval_s: must be > 0, got 0.0",
+        ),
+        (
+            "throughput:\n  batch_sizes: [1, x]\n",
+            "throughput.batch_sizes[1]: expected an integer, got 'x'",
+        ),
+        (
+            "subset:\n  strategy: random\n",
+            "subset.strategy: 'random' is not one of proportional, balanced",
+        ),
         ("workload: 3\n", "workload: expected a mapping, got int"),
         ("- 1\n- 2\n", "top level must be a mapping"),
         ("a: [\n", "invalid YAML at line"),

@@ -13,7 +13,9 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def _load_updater():
-    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts/update_readme.py")
+    spec = importlib.util.spec_from_file_location(
+        "update_readme", ROOT / "scripts/update_readme.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

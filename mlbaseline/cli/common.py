@@ -33,11 +33,15 @@ T = TypeVar("T")
 
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="YAML config file (overrides the profile).", show_default=False),
+    typer.Option(
+        "--config", "-c", help="YAML config file (overrides the profile).", show_default=False
+    ),
 ]
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", help="Built-in profile: demo (default), vision, text.", show_default=False),
+    typer.Option(
+        "--profile", help="Built-in profile: demo (default), vision, text.", show_default=False
+    ),
 ]
 OutputOpt = Annotated[
     Path | None,
@@ -106,7 +110,9 @@ class Ui:
 
 def make_ui(quiet: bool) -> Ui:
     console = Console(stderr=True, quiet=quiet)
-    return Ui(console=console, progress=NullProgress() if quiet else RichProgress(console), quiet=quiet)
+    return Ui(
+        console=console, progress=NullProgress() if quiet else RichProgress(console), quiet=quiet
+    )
 
 
 def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:

@@ -9,7 +9,9 @@ from typing import Any
 from mlbaseline.errors import HardwareUnavailableError, UsageError
 
 
-def set_determinism(seed: int, deterministic: bool = True, benchmark: bool = False) -> dict[str, Any]:
+def set_determinism(
+    seed: int, deterministic: bool = True, benchmark: bool = False
+) -> dict[str, Any]:
     """Seed random, NumPy, torch and every CUDA device; set the cuDNN flags. Returns the flags."""
     import numpy as np
     import torch

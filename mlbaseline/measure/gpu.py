@@ -7,6 +7,7 @@ resets, reclocks or reconfigures a GPU.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -200,10 +201,8 @@ class NvmlProbe:
 
     def close(self) -> None:
         if self._nvml is not None:
-            try:
+            with contextlib.suppress(Exception):  # shutting down: nothing useful to report
                 self._nvml.nvmlShutdown()
-            except Exception:  # shutting down: nothing useful to report
-                pass
             self._nvml = None
 
 

@@ -106,15 +106,15 @@ def build_loss(w: WorkloadConfig) -> nn.Module:
 
 
 def build_optimizer(w: WorkloadConfig, model: nn.Module) -> torch.optim.Optimizer:
-    return call_factory(w.optimizer, dict(w.optimizer_kwargs), "workload.optimizer", model.parameters())
+    return call_factory(
+        w.optimizer, dict(w.optimizer_kwargs), "workload.optimizer", model.parameters()
+    )
 
 
 def default_transform(image_size: int) -> Callable[[Any], torch.Tensor]:
     from torchvision import transforms
 
-    return transforms.Compose(
-        [transforms.Resize((image_size, image_size)), transforms.ToTensor()]
-    )
+    return transforms.Compose([transforms.Resize((image_size, image_size)), transforms.ToTensor()])
 
 
 def build_transform(w: WorkloadConfig) -> Callable[[Any], Any]:
@@ -138,11 +138,20 @@ def build_dataset(cfg: Config) -> DataSpec:
     n = w.dataset_size or cfg.golden.subset_size
     if w.dataset == "synthetic":
         if w.task == "text":
-            ds = SyntheticText(n, w.vocab_size, w.num_classes, cfg.golden.seed, w.min_length, w.max_length)
-            desc = {"type": "synthetic-text", "len": n, "overlong": ds.overlong, "max_length": w.max_length}
+            ds = SyntheticText(
+                n, w.vocab_size, w.num_classes, cfg.golden.seed, w.min_length, w.max_length
+            )
+            desc = {
+                "type": "synthetic-text",
+                "len": n,
+                "overlong": ds.overlong,
+                "max_length": w.max_length,
+            }
             return DataSpec(ds, pad_collate, desc)
         ds = SyntheticVision(n, w.image_size, w.num_classes, cfg.golden.seed)
-        return DataSpec(ds, None, {"type": "synthetic-vision", "len": n, "image_size": w.image_size})
+        return DataSpec(
+            ds, None, {"type": "synthetic-vision", "len": n, "image_size": w.image_size}
+        )
     if w.dataset == "imagefolder":
         if not w.data_dir:
             raise DatasetError("workload.data_dir: required when workload.dataset is 'imagefolder'")
@@ -160,7 +169,9 @@ def build_dataset(cfg: Config) -> DataSpec:
     try:
         length = len(ds)
     except TypeError:
-        raise FactoryError(f"workload.dataset: '{w.dataset}' did not return a sized dataset") from None
+        raise FactoryError(
+            f"workload.dataset: '{w.dataset}' did not return a sized dataset"
+        ) from None
     return DataSpec(ds, None, {"type": w.dataset, "len": length})
 
 

@@ -16,7 +16,9 @@ _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 def resolve_callable(path: str, what: str = "factory") -> Callable[..., Any]:
     """'pkg.mod:attr.sub' → the object; every failure is one FactoryError line."""
     if not _PATH.match(path):
-        raise FactoryError(f"{what}: '{path}' is not an import path of the form package.module:callable")
+        raise FactoryError(
+            f"{what}: '{path}' is not an import path of the form package.module:callable"
+        )
     module_name, _, attr_path = path.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
