@@ -103,6 +103,9 @@ class ThroughputConfig:
     window: int = _f(8, "Steps per stability window.", min=2)
     warmup_min: int = _f(3, "Warm-up: at least this many steps.", min=0)
     warmup_max: int = _f(50, "Warm-up: at most this many steps, then a warning.", min=1)
+    warmup_tolerance: float = _f(
+        0.05, "Warm-up ends when a window's split halves agree within this fraction.", gt=0
+    )
     num_workers: int = _f(0, "DataLoader workers feeding the training loop.", min=0)
     nproc: int = _f(1, "Processes (torch.distributed, gloo on CPU, NCCL on GPU).", min=1)
     sync_mode: str = _f(

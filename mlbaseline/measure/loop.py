@@ -1,0 +1,218 @@
+"""The measurement loop: run a step function until warm-up is over and the stop rule is met.
+
+Warm-up is detected, not assumed: after at least `warmup_min` steps, the newest window of
+`warmup_window` step values is tested with `stats.detect_warmup` (a split-half test); the first
+window that settles ends the warm-up. If none settles by `warmup_max`, warm-up is capped there
+(`warmup_capped`, a warning for the result).
+
+Stop rule, over the measured (post-warm-up) steps: minimum time AND minimum steps AND stability
+(`stats.windows_stable` over the last `n_windows` windows); capped by `max_steps` measured steps
+and `max_time_s` since the first step. `LoopResult.stop_reason` says which one ended the run:
+"stable", "max_steps", "max_time" or "interrupted" (Ctrl-C; the steps so far are kept).
+
+In a multi-process run every rank must take the same decision at the same step, or collectives
+deadlock: `agree` maps this process's `Decision` to the one all ranks follow (rank 0's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from mlbaseline import stats
+from mlbaseline.measure.clock import Clock, PerfClock
+
+T = TypeVar("T")
+
+STOP_REASONS = ("stable", "max_steps", "max_time", "interrupted")
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """Warm-up and stop-rule parameters (seconds and step counts)."""
+
+    min_time_s: float = 0.0
+    min_steps: int = 16
+    max_steps: int = 500
+    max_time_s: float = 120.0
+    tolerance: float = 0.03
+    n_windows: int = 3
+    window: int = 8
+    warmup_min: int = 3
+    warmup_max: int = 50
+    warmup_window: int = 8
+    warmup_tolerance: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.warmup_window < 4:
+            raise ValueError("warmup_window must be >= 4 (two values per half)")
+
+    @classmethod
+    def from_config(cls, t: Any) -> StopRule:
+        """From a `ThroughputConfig` (or anything with the same field names)."""
+        return cls(
+            min_time_s=t.min_time_s,
+            min_steps=t.min_steps,
+            max_steps=t.max_steps,
+            max_time_s=t.max_time_s,
+            tolerance=t.stability_tolerance,
+            n_windows=t.stability_windows,
+            window=t.window,
+            warmup_min=t.warmup_min,
+            warmup_max=max(t.warmup_min, t.warmup_max),
+            warmup_window=max(4, t.window),
+            warmup_tolerance=getattr(t, "warmup_tolerance", 0.05),
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the loop decided after one step: the warm-up length once known, and whether to
+    stop (with the reason)."""
+
+    warmup: int | None = None
+    warmup_capped: bool = False
+    stop: str | None = None
+
+
+@dataclass
+class LoopResult(Generic[T]):
+    """Every step's record, split by `warmup` into warm-up and measured steps."""
+
+    records: list[T]
+    warmup: int
+    stop_reason: str
+    warmup_capped: bool = False
+    warmup_settled: bool = True
+    measured_time_s: float = 0.0
+    total_time_s: float = 0.0
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def warmup_records(self) -> list[T]:
+        return self.records[: self.warmup]
+
+    @property
+    def measured(self) -> list[T]:
+        return self.records[self.warmup :]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stop_reason": self.stop_reason,
+            "warmup_steps": self.warmup,
+            "measured_steps": len(self.records) - self.warmup,
+            "warmup_capped": self.warmup_capped,
+            "warmup_settled": self.warmup_settled,
+            "measured_time_s": self.measured_time_s,
+            "total_time_s": self.total_time_s,
+        }
+
+
+class _Decider:
+    """The pure decision logic, separate from running steps so it can be tested alone."""
+
+    def __init__(self, rule: StopRule) -> None:
+        self.rule = rule
+
+    def warmup(self, values: list[float], elapsed_s: float) -> Decision:
+        r = self.rule
+        j = len(values) - r.warmup_window  # start of the newest full window
+        if j >= r.warmup_min:
+            tail = values[j:]
+            k = stats.detect_warmup(tail, 0, r.warmup_window, r.warmup_tolerance)
+            if k == 0:
+                return Decision(warmup=j)
+            if j >= r.warmup_max:
+                return Decision(warmup=r.warmup_max, warmup_capped=True)
+        if elapsed_s >= r.max_time_s:
+            # the time cap ends warm-up too; keep at least one measured step
+            return Decision(
+                warmup=min(r.warmup_min, max(len(values) - 1, 0)),
+                warmup_capped=True,
+                stop="max_time",
+            )
+        return Decision()
+
+    def stop(self, measured: list[float], measured_s: float, elapsed_s: float) -> str | None:
+        r = self.rule
+        n = len(measured)
+        if (
+            n >= r.min_steps
+            and measured_s >= r.min_time_s
+            and stats.windows_stable(measured, r.n_windows, r.window, r.tolerance)
+        ):
+            return "stable"
+        if n >= r.max_steps:
+            return "max_steps"
+        if elapsed_s >= r.max_time_s:
+            return "max_time"
+        return None
+
+
+def run_steps(
+    step: Callable[[], T],
+    rule: StopRule,
+    value: Callable[[T], float],
+    clock: Clock | None = None,
+    on_step: Callable[[int, bool], None] | None = None,
+    agree: Callable[[Decision], Decision] | None = None,
+) -> LoopResult[T]:
+    """Call `step()` until the stop rule says stop; `value(record)` is the number the warm-up
+    and stability tests look at (the step time). `on_step(n_steps, measuring)` reports
+    progress. Ctrl-C ends the loop with stop_reason "interrupted" and keeps the steps so far;
+    any other exception propagates (the caller records it, e.g. an out-of-memory)."""
+    clk = clock or PerfClock()
+    decider = _Decider(rule)
+    records: list[T] = []
+    values: list[float] = []
+    starts: list[int] = []
+    warmup: int | None = None
+    capped = False
+    reason = ""
+    t0 = clk.now_ns()
+    while True:
+        starts.append(clk.now_ns())
+        try:
+            record = step()
+        except KeyboardInterrupt:
+            starts.pop()
+            reason = "interrupted"
+            break
+        records.append(record)
+        values.append(float(value(record)))
+        now = clk.now_ns()
+        elapsed = (now - t0) / 1e9
+        decision = Decision(warmup=warmup, warmup_capped=capped)
+        if warmup is None:
+            decision = decider.warmup(values, elapsed)
+        if decision.warmup is not None and decision.stop is None:
+            measured_s = (
+                (now - starts[decision.warmup]) / 1e9 if decision.warmup < len(values) else 0
+            )
+            stop = decider.stop(values[decision.warmup :], measured_s, elapsed)
+            decision = Decision(decision.warmup, decision.warmup_capped, stop)
+        if agree is not None:
+            decision = agree(decision)
+        if decision.warmup is not None and warmup is None:
+            warmup, capped = decision.warmup, decision.warmup_capped
+        if on_step is not None:
+            on_step(len(records), warmup is not None)
+        if decision.stop is not None:
+            reason = decision.stop
+            break
+    end = clk.now_ns()
+    settled = warmup is not None and not capped
+    if warmup is None:  # interrupted during warm-up: keep what there is, say so
+        warmup = min(rule.warmup_min, len(records))
+    measured_s = (end - starts[warmup]) / 1e9 if warmup < len(starts) else 0.0
+    return LoopResult(
+        records=records,
+        warmup=warmup,
+        stop_reason=reason,
+        warmup_capped=capped,
+        warmup_settled=settled,
+        measured_time_s=measured_s,
+        total_time_s=(end - t0) / 1e9,
+        values=values,
+    )
