@@ -1,0 +1,369 @@
+"""Telemetry sampler: a background thread that records GPU, CPU, memory and I/O on a timeline.
+
+Each sample is one row (one CSV line):
+- `t_s` (seconds since the sampler started, on the sampler's clock);
+- `cpu_pct` and `cpu{i}_pct` per logical core (psutil, system-wide, since the previous sample);
+- `rss_bytes`: resident memory of the watched processes and all their children (DataLoader and
+  distributed workers included); `nprocs`: how many processes that covered;
+- `read_bytes`: the `read_bytes` counters of `/proc/<pid>/io` summed over the same processes
+  (bytes really fetched from storage; cumulative per process);
+- per GPU (through a `GpuProbe`, so NVML only where there is a driver): `gpu{i}_kernel_active_pct`
+  — NVML's "utilization", the share of the sample period in which *a kernel was running*; it is
+  not SM occupancy or Tensor Core load —, memory used, temperature, power, SM clock and the active
+  throttle reasons;
+- `error`: empty, or what failed in this row. A failed read leaves its columns empty and the
+  sampler goes on: gaps are data, not crashes.
+
+The sampler's own cost is measured (time inside `sample_once` × the sampling rate = the share of
+one CPU core it used) and reported by `overhead()`. Use it as a context manager; it stops on exit,
+on an exception and on Ctrl-C. Tests drive `sample_once()` directly with a fake clock and probe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import csv
+import io
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.gpu import GpuProbe, GpuProbeError, NullProbe
+
+GPU_FIELDS = (
+    "kernel_active_pct",
+    "memory_used_bytes",
+    "temperature_c",
+    "power_w",
+    "sm_clock_mhz",
+    "throttle",
+)
+
+LABELS = {
+    "kernel_active_pct": (
+        "kernel-active %: share of the sample period in which a kernel was running "
+        "(NVML utilization.gpu); NOT SM occupancy or Tensor Core load"
+    ),
+    "cpu_pct": "system-wide CPU busy %, mean over logical cores (psutil)",
+    "rss_bytes": "resident set size of the watched processes and all their children",
+    "read_bytes": "read_bytes from /proc/<pid>/io, summed over the watched processes",
+}
+
+
+def _own_pid() -> list[int]:
+    return [os.getpid()]
+
+
+class TelemetrySampler:
+    """Sample every `interval_s` seconds in a daemon thread (or call `sample_once()` yourself).
+
+    `pids()` names the processes to watch (their children are added); default: this process.
+    `csv_path`: rows are appended there as they are taken (a crash keeps the timeline so far);
+    None keeps them in memory only (`rows`, `write_csv()` later)."""
+
+    def __init__(
+        self,
+        probe: GpuProbe | None,
+        interval_s: float,
+        csv_path: Path | None = None,
+        pids: Callable[[], Iterable[int]] | None = None,
+        clock: Clock | None = None,
+        proc_root: Path = Path("/proc"),
+        gpu_indices: Sequence[int] | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        import psutil
+
+        self._psutil = psutil
+        self.probe: GpuProbe = probe or NullProbe()
+        self.interval_s = float(interval_s)
+        self.csv_path = Path(csv_path) if csv_path is not None else None
+        self.pids = pids or _own_pid
+        self.clock = clock or PerfClock()
+        self.proc_root = Path(proc_root)
+        self.rows: list[dict[str, Any]] = []
+        self.csv_error: str | None = None
+        self._init_errors: list[str] = []
+        self.gpu_indices = list(gpu_indices) if gpu_indices is not None else self._find_gpus()
+        self.ncpu = len(psutil.cpu_percent(percpu=True))  # also primes the per-core counters
+        self.columns = self._columns()
+        self._durations_ns: list[int] = []
+        self._t0 = self.clock.now_ns()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fh: TextIO | None = None
+        self._writer: Any = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ setup
+
+    def _find_gpus(self) -> list[int]:
+        ok, _reason = self.probe.available()
+        if not ok:
+            return []
+        try:
+            return [d.index for d in self.probe.devices()]
+        except GpuProbeError as exc:
+            self._init_errors.append(f"gpu devices: {exc}")
+            return []
+
+    def _columns(self) -> list[str]:
+        cols = ["t_s", "cpu_pct", *(f"cpu{i}_pct" for i in range(self.ncpu))]
+        cols += ["rss_bytes", "nprocs", "read_bytes"]
+        for i in self.gpu_indices:
+            cols += [f"gpu{i}_{f}" for f in GPU_FIELDS]
+        return [*cols, "error"]
+
+    # ------------------------------------------------------------ one sample
+
+    def sample_once(self) -> dict[str, Any]:
+        """Take one row, append it (and to the CSV); never raises."""
+        start = self.clock.now_ns()
+        row: dict[str, Any] = dict.fromkeys(self.columns, "")
+        errors = self._init_errors
+        self._init_errors = []
+        row["t_s"] = round((start - self._t0) / 1e9, 6)
+        for part in (self._cpu, self._processes, self._gpus):
+            try:
+                errors = errors + part(row)
+            except Exception as exc:  # a reader bug must not end the timeline either
+                errors = [*errors, f"{part.__name__.strip('_')}: {exc.__class__.__name__}: {exc}"]
+        row["error"] = "; ".join(errors)
+        self._durations_ns.append(self.clock.now_ns() - start)
+        with self._lock:
+            self.rows.append(row)
+            self._write_row(row)
+        return row
+
+    def _cpu(self, row: dict[str, Any]) -> list[str]:
+        per_core = self._psutil.cpu_percent(percpu=True)
+        for i, pct in enumerate(per_core[: self.ncpu]):
+            row[f"cpu{i}_pct"] = pct
+        row["cpu_pct"] = round(sum(per_core) / len(per_core), 2) if per_core else ""
+        return []
+
+    def _watched(self) -> list[int]:
+        pids: list[int] = []
+        for pid in self.pids():
+            pids.append(pid)
+            try:
+                pids += [c.pid for c in self._psutil.Process(pid).children(recursive=True)]
+            except (self._psutil.NoSuchProcess, self._psutil.ZombieProcess):
+                continue
+        return list(dict.fromkeys(pids))
+
+    def _processes(self, row: dict[str, Any]) -> list[str]:
+        errors: list[str] = []
+        pids = self._watched()
+        rss, seen, read, read_ok = 0, 0, 0, 0
+        for pid in pids:
+            try:
+                rss += self._psutil.Process(pid).memory_info().rss
+                seen += 1
+            except (self._psutil.NoSuchProcess, self._psutil.ZombieProcess):
+                pass  # exited between listing and reading: not a gap
+            except self._psutil.AccessDenied:
+                errors.append(f"rss: access denied for pid {pid}")
+            value, err = self._read_bytes(pid)
+            if err:
+                errors.append(err)
+            elif value is not None:
+                read += value
+                read_ok += 1
+        row["rss_bytes"] = rss if seen else ""
+        row["nprocs"] = seen
+        row["read_bytes"] = read if read_ok else ""
+        return errors
+
+    def _read_bytes(self, pid: int) -> tuple[int | None, str | None]:
+        """(bytes, None), (None, None) when the process is gone, or (None, error)."""
+        path = self.proc_root / str(pid) / "io"
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"io: {path}: {exc.strerror or exc}"
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "read_bytes":
+                return int(value), None
+        return None, f"io: {path}: no read_bytes field"
+
+    def _gpus(self, row: dict[str, Any]) -> list[str]:
+        errors: list[str] = []
+        for i in self.gpu_indices:
+            try:
+                s = self.probe.sample(i)
+            except GpuProbeError as exc:
+                errors.append(f"gpu{i}: {exc}")
+                continue
+            row[f"gpu{i}_kernel_active_pct"] = s.kernel_active_pct
+            row[f"gpu{i}_memory_used_bytes"] = s.memory_used_bytes
+            row[f"gpu{i}_temperature_c"] = _blank(s.temperature_c)
+            row[f"gpu{i}_power_w"] = _blank(s.power_w)
+            row[f"gpu{i}_sm_clock_mhz"] = _blank(s.sm_clock_mhz)
+            row[f"gpu{i}_throttle"] = "|".join(s.throttle_reasons)
+        return errors
+
+    # ------------------------------------------------------------ CSV
+
+    def _open_csv(self) -> None:
+        if self.csv_path is None or self._fh is not None:
+            return
+        try:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.csv_path.open("w", newline="", encoding="utf-8")
+            self._writer = csv.DictWriter(self._fh, fieldnames=self.columns)
+            self._writer.writeheader()
+            for row in self.rows:
+                self._writer.writerow(row)
+        except OSError as exc:
+            self.csv_error = f"{self.csv_path}: {exc.strerror or exc}"
+            self._fh = self._writer = None
+
+    def _write_row(self, row: dict[str, Any]) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.writerow(row)
+            self._fh.flush()  # type: ignore[union-attr]
+        except OSError as exc:
+            self.csv_error = f"{self.csv_path}: {exc.strerror or exc}"
+            self._close_csv()
+
+    def _close_csv(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+        self._fh = self._writer = None
+
+    def to_csv_text(self) -> str:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self.columns)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+    def write_csv(self, path: Path) -> Path:
+        """Write all rows taken so far to `path` (for a sampler that kept them in memory)."""
+        from mlbaseline.results import atomic_write_text
+
+        return atomic_write_text(Path(path), self.to_csv_text(), force=True)
+
+    # ------------------------------------------------------------ thread
+
+    def start(self) -> TelemetrySampler:
+        if self._thread is not None:
+            return self
+        self._open_csv()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="mlb-telemetry", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic()
+        while True:
+            deadline += self.interval_s
+            wait = deadline - time.monotonic()
+            if wait < 0:  # a slow sample: skip the missed ticks rather than burst
+                deadline, wait = time.monotonic(), 0.0
+            if self._stop.wait(wait):
+                return
+            self.sample_once()
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent) and close the CSV."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join(timeout=max(5.0, 10 * self.interval_s))
+            atexit.unregister(self.stop)
+        with self._lock:
+            self._close_csv()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> TelemetrySampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ reports
+
+    def overhead(self) -> dict[str, Any]:
+        """The sampler's own cost: mean time per sample × samples per second = the share of one
+        CPU core spent sampling."""
+        n = len(self._durations_ns)
+        mean = sum(self._durations_ns) / n / 1e9 if n else 0.0
+        return {
+            "samples": n,
+            "interval_s": self.interval_s,
+            "mean_sample_s": mean,
+            "max_sample_s": max(self._durations_ns) / 1e9 if n else 0.0,
+            "overhead_fraction": mean / self.interval_s,
+            "meaning": "time per sample × sampling rate: share of one CPU core used by the sampler",
+        }
+
+    @property
+    def gaps(self) -> int:
+        return sum(1 for r in self.rows if r["error"])
+
+    def summary(self) -> dict[str, Any]:
+        """Means and peaks of the timeline, for the result file."""
+        out: dict[str, Any] = {
+            "rows": len(self.rows),
+            "gaps": self.gaps,
+            "duration_s": self.rows[-1]["t_s"] - self.rows[0]["t_s"] if self.rows else 0.0,
+            "cpu_pct_mean": _mean(self.rows, "cpu_pct"),
+            "rss_bytes_max": _max(self.rows, "rss_bytes"),
+            "read_bytes_delta": _delta(self.rows, "read_bytes"),
+            "labels": LABELS,
+            "gpus": {},
+        }
+        for i in self.gpu_indices:
+            p = f"gpu{i}_"
+            throttles = {t for r in self.rows for t in str(r[p + "throttle"]).split("|") if t}
+            out["gpus"][str(i)] = {
+                "kernel_active_pct_mean": _mean(self.rows, p + "kernel_active_pct"),
+                "memory_used_bytes_max": _max(self.rows, p + "memory_used_bytes"),
+                "temperature_c_max": _max(self.rows, p + "temperature_c"),
+                "power_w_mean": _mean(self.rows, p + "power_w"),
+                "sm_clock_mhz_mean": _mean(self.rows, p + "sm_clock_mhz"),
+                "throttle_reasons_seen": sorted(throttles),
+            }
+        return out
+
+
+def _blank(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _numbers(rows: list[dict[str, Any]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) not in ("", None)]
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    xs = _numbers(rows, key)
+    return sum(xs) / len(xs) if xs else None
+
+
+def _max(rows: list[dict[str, Any]], key: str) -> float | None:
+    xs = _numbers(rows, key)
+    return max(xs) if xs else None
+
+
+def _delta(rows: list[dict[str, Any]], key: str) -> float | None:
+    xs = _numbers(rows, key)
+    return xs[-1] - xs[0] if len(xs) >= 2 else None

@@ -1,0 +1,207 @@
+"""Telemetry sampler: fake NVML that fails mid-run, fake clock, fake /proc; no sleeps."""
+
+from __future__ import annotations
+
+import csv
+import threading
+from pathlib import Path
+
+import pytest
+
+from mlbaseline.measure.clock import ManualClock
+from mlbaseline.measure.gpu import GpuInfo, GpuProbeError, GpuSample, NullProbe
+from mlbaseline.measure.telemetry import TelemetrySampler
+
+
+class FakeProbe:
+    """Two GPUs; `sample` fails for calls listed in `fail_on` (1-based) and advances the fake
+    clock by `cost_s` per call, to model NVML's latency."""
+
+    def __init__(self, clock: ManualClock | None = None, fail_on=(), cost_s: float = 0.0):
+        self.clock, self.fail_on, self.cost_s = clock, set(fail_on), cost_s
+        self.calls = 0
+        self.sampled = threading.Event()
+
+    def available(self):
+        return True, ""
+
+    def driver_version(self):
+        return "550.1"
+
+    def devices(self):
+        return [GpuInfo(i, "Fake GPU", f"GPU-{i}", 16 << 30, 1 << 30, 40.0) for i in (0, 1)]
+
+    def sample(self, index: int) -> GpuSample:
+        self.calls += 1
+        if self.clock is not None:
+            self.clock.advance(self.cost_s)
+        if self.calls >= 6:
+            self.sampled.set()
+        if self.calls in self.fail_on:
+            raise GpuProbeError("nvmlDeviceGetUtilizationRates: GPU is lost")
+        return GpuSample(index, 87.0, 2 << 30, 55.0, 180.5, 1410.0, ["sw_power_cap"])
+
+    def close(self):
+        pass
+
+
+def test_gpu_failure_mid_run_is_a_gap_and_sampling_goes_on(tmp_path):
+    clock = ManualClock()
+    probe = FakeProbe(fail_on={3, 4})  # the 2nd sample (both GPUs) fails
+    path = tmp_path / "tele.csv"
+    sampler = TelemetrySampler(probe, 0.1, csv_path=path, clock=clock)
+    sampler._open_csv()  # what start() does, without the thread
+    for _ in range(4):
+        sampler.sample_once()
+        clock.advance(0.1)
+    sampler.stop()
+    rows = sampler.rows
+    assert len(rows) == 4
+    assert rows[0]["error"] == "" and rows[0]["gpu0_kernel_active_pct"] == 87.0
+    assert "gpu0: nvmlDeviceGetUtilizationRates: GPU is lost" in rows[1]["error"]
+    assert "gpu1:" in rows[1]["error"]
+    assert rows[1]["gpu0_kernel_active_pct"] == "" and rows[1]["gpu1_power_w"] == ""
+    assert rows[1]["cpu_pct"] != ""  # the CPU side of a gap row is still there
+    assert rows[2]["error"] == "" and rows[3]["gpu1_sm_clock_mhz"] == 1410.0
+    assert sampler.gaps == 1
+    assert [r["t_s"] for r in rows] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    with path.open() as fh:
+        back = list(csv.DictReader(fh))
+    assert len(back) == 4 and back[1]["error"].startswith("gpu0:")
+    assert back[0]["gpu0_throttle"] == "sw_power_cap"
+    assert "gpu0_kernel_active_pct" in back[0]
+
+
+def test_summary_labels_kernel_active_not_sm_load():
+    probe = FakeProbe()
+    sampler = TelemetrySampler(probe, 0.1, clock=ManualClock())
+    sampler.sample_once()
+    summary = sampler.summary()
+    assert summary["gpus"]["0"]["kernel_active_pct_mean"] == 87.0
+    assert summary["gpus"]["1"]["throttle_reasons_seen"] == ["sw_power_cap"]
+    assert "kernel-active" in summary["labels"]["kernel_active_pct"]
+    assert "NOT SM" in summary["labels"]["kernel_active_pct"]
+
+
+def test_overhead_is_time_per_sample_times_rate():
+    clock = ManualClock()
+    probe = FakeProbe(clock=clock, cost_s=0.0005)  # 2 GPUs → 1 ms per sample
+    sampler = TelemetrySampler(probe, 0.1, clock=clock)
+    for _ in range(5):
+        sampler.sample_once()
+    o = sampler.overhead()
+    assert o["samples"] == 5
+    assert o["mean_sample_s"] == pytest.approx(0.001)
+    assert o["overhead_fraction"] == pytest.approx(0.01)
+
+
+def test_device_listing_failure_is_recorded_not_raised():
+    class Broken(FakeProbe):
+        def devices(self):
+            raise GpuProbeError("nvmlDeviceGetCount: driver gone")
+
+    sampler = TelemetrySampler(Broken(), 0.1, clock=ManualClock())
+    row = sampler.sample_once()
+    assert sampler.gpu_indices == []
+    assert "driver gone" in row["error"]
+    assert not any(c.startswith("gpu") for c in sampler.columns)
+    assert sampler.sample_once()["error"] == ""  # reported once, then clean rows
+
+
+def test_no_gpu_means_no_gpu_columns():
+    sampler = TelemetrySampler(NullProbe(), 0.1, clock=ManualClock())
+    row = sampler.sample_once()
+    assert row["error"] == ""
+    assert row["rss_bytes"] > 0 and row["nprocs"] >= 1
+    assert sum(1 for c in sampler.columns if c.startswith("cpu") and c != "cpu_pct") == sampler.ncpu
+
+
+def fake_proc(root: Path, pid: int, read_bytes: int | None) -> None:
+    (root / str(pid)).mkdir(parents=True)
+    if read_bytes is not None:
+        (root / str(pid) / "io").write_text(f"rchar: 5\nread_bytes: {read_bytes}\nwrite_bytes: 0\n")
+
+
+def test_read_bytes_summed_over_processes_and_unreadable_is_a_gap(tmp_path):
+    fake_proc(tmp_path, 4000001, 1000)
+    fake_proc(tmp_path, 4000002, 234)
+    sampler = TelemetrySampler(
+        NullProbe(), 0.1, pids=lambda: [4000001, 4000002], clock=ManualClock(), proc_root=tmp_path
+    )
+    row = sampler.sample_once()
+    assert row["read_bytes"] == 1234 and row["error"] == ""
+    # an unreadable io file (a directory in its place: fails even for root, like EACCES would)
+    (tmp_path / "4000002" / "io").unlink()
+    (tmp_path / "4000002" / "io").mkdir()
+    row = sampler.sample_once()
+    assert row["read_bytes"] == 1000
+    assert "io:" in row["error"] and "4000002" in row["error"]
+
+
+def test_processes_that_exited_are_skipped_silently(tmp_path):
+    sampler = TelemetrySampler(
+        NullProbe(), 0.1, pids=lambda: [4000003], clock=ManualClock(), proc_root=tmp_path
+    )
+    row = sampler.sample_once()
+    assert row["error"] == "" and row["nprocs"] == 0 and row["rss_bytes"] == ""
+
+
+def test_real_proc_io_of_this_process():
+    sampler = TelemetrySampler(NullProbe(), 0.1, clock=ManualClock())
+    row = sampler.sample_once()
+    assert isinstance(row["read_bytes"], int) or "io:" in row["error"]
+
+
+def test_a_reader_bug_becomes_a_gap(monkeypatch):
+    sampler = TelemetrySampler(NullProbe(), 0.1, clock=ManualClock())
+
+    def broken(row):
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(sampler, "_cpu", broken)
+    row = sampler.sample_once()
+    assert "ZeroDivisionError" in row["error"] and row["rss_bytes"] != ""
+
+
+def test_thread_samples_and_stops_cleanly(tmp_path):
+    probe = FakeProbe()
+    path = tmp_path / "t.csv"
+    with TelemetrySampler(probe, 0.001, csv_path=path) as sampler:
+        assert probe.sampled.wait(timeout=30)  # 3 samples × 2 GPUs; no time is asserted
+        assert sampler.running
+    assert not sampler.running
+    n = len(sampler.rows)
+    assert n >= 3
+    with path.open() as fh:
+        assert len(list(csv.DictReader(fh))) == n
+
+
+def test_exception_inside_the_block_stops_the_thread():
+    sampler = TelemetrySampler(NullProbe(), 0.001)
+    with pytest.raises(KeyboardInterrupt), sampler:
+        raise KeyboardInterrupt
+    assert not sampler.running
+
+
+def test_unwritable_csv_keeps_rows_in_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    sampler = TelemetrySampler(NullProbe(), 0.1, csv_path=blocker / "t.csv", clock=ManualClock())
+    sampler._open_csv()
+    sampler.sample_once()
+    assert sampler.csv_error is not None and len(sampler.rows) == 1
+
+
+def test_write_csv_later(tmp_path):
+    sampler = TelemetrySampler(FakeProbe(fail_on={1}), 0.1, clock=ManualClock())
+    sampler.sample_once()
+    sampler.sample_once()
+    out = sampler.write_csv(tmp_path / "later.csv")
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 and rows[0]["error"] and not rows[1]["error"]
+
+
+def test_interval_must_be_positive():
+    with pytest.raises(ValueError):
+        TelemetrySampler(NullProbe(), 0)
