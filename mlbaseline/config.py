@@ -135,6 +135,18 @@ class LatencyConfig:
     body_file: str | None = _f(None, "Endpoint mode: file whose bytes are the request body.")
     content_type: str = _f("application/json", "Endpoint mode: Content-Type header.")
     timeout_s: float = _f(10.0, "Endpoint mode: per-request timeout, seconds.", gt=0)
+    loop: str = _f(
+        "auto",
+        "Which loops run: auto (open when `rate` is set, else closed), closed, open, or both "
+        "(both shows what the closed loop hides: coordinated omission).",
+        choices=("auto", "closed", "open", "both"),
+    )
+    late_threshold_s: float | None = _f(
+        None,
+        "Open loop: a send is late when it starts more than this after its schedule; "
+        "default: min(1 ms, 10% of the mean inter-arrival time).",
+        gt=0,
+    )
 
 
 @dataclass(frozen=True)
