@@ -182,6 +182,10 @@ class SubsetConfig:
     retries: int = _f(1, "Seeds to try; the subset with the lowest KL is kept.", min=1)
     keep_corrupt: bool = _f(False, "Keep images that fail to decode.")
     save_tensors: bool = _f(False, "Also write baseline_subset.pt (uint8 tensors + labels).")
+    feature_size: int = _f(224, "resnet18 extractor: images are resized to this side, px.", min=16)
+    workers: int | None = _f(
+        None, "Threads decoding images for features; default: usable CPUs, at most 8.", min=1
+    )
 
 
 @dataclass(frozen=True)
