@@ -1,0 +1,172 @@
+"""`mlb latency`: parse → load config → run_latency → table on stderr → emit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    ConfigOpt,
+    ForceOpt,
+    JsonOpt,
+    OutputOpt,
+    ProfileOpt,
+    QuietOpt,
+    SetOpt,
+    ShowConfigOpt,
+    Ui,
+    check_output,
+    emit,
+    guarded,
+    load_config,
+    make_ui,
+    parse_int_list,
+    show_config,
+)
+from mlbaseline.results import Result
+from mlbaseline.runners.latency import fmt_ms, run_latency
+
+
+@app.command("latency")
+def latency(
+    config: ConfigOpt = None,
+    profile: ProfileOpt = None,
+    output: OutputOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    sets: SetOpt = None,
+    show_cfg: ShowConfigOpt = False,
+    requests: Annotated[
+        int | None, typer.Option("--requests", help="Requests per level (default 1000).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", help="Closed loop: N clients; open loop: N workers serving arrivals."
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Open loop: Poisson arrivals at QPS requests/s (seeded)."),
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep", help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee."
+        ),
+    ] = None,
+    sla_p99_ms: Annotated[
+        float | None, typer.Option("--sla-p99-ms", help="SLA: p99 must not exceed MS (150).")
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Endpoint mode: measure this http(s) URL end to end."),
+    ] = None,
+    body: Annotated[
+        str | None, typer.Option("--body", help="Endpoint mode: request body text.")
+    ] = None,
+    body_file: Annotated[
+        Path | None, typer.Option("--body-file", help="Endpoint mode: file sent as the body.")
+    ] = None,
+    loop: Annotated[
+        str | None,
+        typer.Option("--loop", help="auto (open if --rate, else closed), closed, open, or both."),
+    ] = None,
+) -> None:
+    """Batch-1 request latency under concurrency: p50/p90/p95/p99 with CIs, an SLA verdict.
+
+    The first and last 5% of requests by send order are dropped as warm-up and drain. Each
+    request is split into queue, preprocess, compute and postprocess. The closed loop (N
+    clients) hides stalls; the open loop (--rate) counts from the scheduled send time.
+    Exit 1 when the p99 SLA is missed.
+
+    Example: mlb latency --concurrency 4 -o lat.json
+
+    Example: mlb latency --rate 50 --loop both --sla-p99-ms 100
+
+    Example: mlb latency --url http://127.0.0.1:8080/predict --body '{"x": 1}' --sweep 1,2,4
+    """
+
+    def body_fn() -> None:
+        overrides: dict[str, Any] = {
+            "latency.requests": requests,
+            "latency.concurrency": concurrency,
+            "latency.rate": rate,
+            "latency.sweep": parse_int_list(sweep, "--sweep"),
+            "latency.sla_p99_s": None if sla_p99_ms is None else sla_p99_ms / 1000.0,
+            "latency.url": url,
+            "latency.body": body,
+            "latency.body_file": None if body_file is None else str(body_file),
+            "latency.loop": loop,
+        }
+        cfg = load_config(config, profile, sets, overrides)
+        if show_cfg:
+            show_config(cfg)
+        check_output(output, force)
+        ui = make_ui(quiet)
+        result = run_latency(cfg, ui.progress)
+        render(result, ui)
+        emit(result, output, json_out, force, ui)
+
+    guarded(body_fn)
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+def render(result: Result, ui: Ui) -> None:
+    """The distribution per level, the stage split, and the sweep/rate/omission lines."""
+    if ui.quiet:
+        return
+    levels = result.data.get("levels", {})
+    table = Table(title="latency per request, ms (CIs in the result file)", title_justify="left")
+    for col in ("level", "n", "p50", "p90", "p95", "p99", "p99 CI", "mean", "max", "err"):
+        table.add_column(col, justify="left" if col == "level" else "right")
+    table.add_column("SLA")
+    stages = Table(title="stage split, ms: median / p99", title_justify="left")
+    for col in ("level", "queue", "preprocess", "compute", "postprocess", "residual"):
+        stages.add_column(col, justify="left" if col == "level" else "right")
+    for key, lv in levels.items():
+        st = lv.get("stats")
+        errors = str(lv["errors"]["count"])
+        verdict = "[green]ok[/green]" if lv["sla"]["met"] else "[red]MISS[/red]"
+        if st is None:
+            table.add_row(key, "0", *["–"] * 7, errors, verdict)
+            continue
+        points = [_ms(st[k]["value"]) for k in ("p50", "p90", "p95", "p99")]
+        lo, hi = st["p99"]["ci"]
+        ci = f"{lo * 1e3:.2g}–{hi * 1e3:.2g}"
+        tail = [_ms(st["mean"]["value"]), _ms(st["max"]["value"]), errors, verdict]
+        table.add_row(key, str(st["n"]), *points, ci, *tail)
+        split = lv["stages"]
+        cells = [f"{v['median'] * 1e3:.2g} / {v['p99'] * 1e3:.2g}" for v in split.values()]
+        stages.add_row(key, *cells)
+    ui.print(table)
+    ui.print(stages)
+    for key, lv in levels.items():
+        if lv["loop"] == "open":
+            ui.print(
+                f"{key}: target {lv['target_rate']:g} req/s (this schedule "
+                f"{lv['schedule_rate'] or 0:.3g}), achieved {lv['achieved_rate'] or 0:.3g} req/s, "
+                f"{lv['late_share'] or 0:.1%} of sends late "
+                f"(> {fmt_ms(lv['late_threshold_s'])} after schedule)"
+            )
+    sweep = result.data.get("sweep")
+    if sweep:
+        ui.print(f"sweep knee (highest concurrency meeting the SLA): {sweep['knee']}")
+    omission = result.data.get("coordinated_omission")
+    if omission:
+        ratio = omission["ratio"]
+        ui.print(
+            f"open vs closed p99: {fmt_ms(omission['open_p99_s'])} vs "
+            f"{fmt_ms(omission['closed_p99_s'])}" + (f" ({ratio:.1f}×)" if ratio else "")
+        )
+    for check in result.verdict.checks:
+        colour = {"pass": "green", "warn": "yellow", "fail": "red"}.get(check.status, "dim")
+        ui.print(f"[{colour}]{check.status}[/{colour}] {check.name}: {check.message}")
