@@ -1,0 +1,161 @@
+"""`mlb report RESULT.json... | DIR -o OUTDIR`: a Markdown baseline report with PNG figures."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    ConfigOpt,
+    ForceOpt,
+    JsonOpt,
+    ProfileOpt,
+    QuietOpt,
+    SetOpt,
+    ShowConfigOpt,
+    Ui,
+    guarded,
+    load_config,
+    make_ui,
+    show_config,
+)
+from mlbaseline.errors import OutputExistsError, UsageError
+
+DEFAULT_OUT = Path("mlb-report")
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """A report goes into an empty (or new) folder; a non-empty one needs --force."""
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"{out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise OutputExistsError(f"{out}: folder is not empty (use --force to write into it)")
+
+
+def _summary(output: Any) -> dict[str, Any]:
+    return {
+        "report": str(output.markdown_path),
+        "figures": [str(p) for p in output.figures],
+        "signals": [s.to_dict() for s in output.signals],
+        "predictions": [p.to_dict() for p in output.predictions],
+    }
+
+
+def _print(ui: Ui, output: Any) -> None:
+    ui.print(f"[dim]report written to {output.markdown_path} ({len(output.figures)} figures)[/dim]")
+    for s in output.fired:
+        ui.print(f"[yellow]danger signal:[/yellow] {s.title} — {s.message}")
+
+
+@app.command("report")
+def report_command(
+    inputs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Result JSON files and/or folders of them (e.g. an `mlb run` folder).",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Folder for baseline_report.md and figures/."),
+    ] = DEFAULT_OUT,
+    compare: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(
+            "--compare",
+            metavar="OLD NEW",
+            help="Render `mlb compare OLD NEW` (verdicts, attribution, forest plot) instead.",
+            show_default=False,
+        ),
+    ] = None,
+    telemetry: Annotated[
+        Path | None,
+        typer.Option(
+            "--telemetry",
+            help="Telemetry CSV to show (default: the one the throughput result references).",
+            show_default=False,
+        ),
+    ] = None,
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mismatch", help="With --compare: compare although blocking keys differ."
+        ),
+    ] = False,
+    config: ConfigOpt = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    sets: SetOpt = None,
+    show: ShowConfigOpt = False,
+) -> None:
+    """Write a Markdown baseline report with PNG figures from result files; never measures.
+
+    Sections: hardware fingerprint and golden parameters, env checks, data subset, training
+    and inference throughput with the stage breakdown, latency percentiles with the SLA,
+    dataloader sweep with the knee, telemetry heat map, danger signals (each with its
+    threshold) and change-impact predictions. Absent data is marked "not measured".
+
+    Exit codes: 0 written, 2 bad input (no results, unreadable file, non-empty output folder
+    without --force), 3 with --compare: not comparable.
+
+    Example: mlb report mlb-results/demo -o report/
+
+    Example: mlb report --compare old.json new.json -o compare-report/
+    """
+
+    def body() -> None:
+        cfg = load_config(config, profile, sets)
+        if show:
+            show_config(cfg)
+        if compare is not None and inputs:
+            raise UsageError("give either result files/folders or --compare OLD NEW, not both")
+        if compare is None and not inputs:
+            raise UsageError("no input: give result files or folders, or --compare OLD NEW")
+        if telemetry is not None and not telemetry.is_file():
+            raise UsageError(f"--telemetry {telemetry}: no such file")
+        check_out_dir(output, force)
+        ui = make_ui(quiet)
+        if compare is not None:
+            from mlbaseline.report.render import render_compare_report
+            from mlbaseline.runners.compare import run_compare
+
+            run = run_compare(compare[0], compare[1], cfg, allow_mismatch, ui.progress)
+            out = render_compare_report(run.result.data, output, force=force, progress=ui.progress)
+        else:
+            out = _render(inputs or [], output, telemetry, force, ui)
+        _print(ui, out)
+        if json_out:
+            sys.stdout.write(json.dumps(_summary(out), indent=2, default=str) + "\n")
+
+    guarded(body)
+
+
+def _render(inputs: list[Path], output: Path, telemetry: Path | None, force: bool, ui: Ui) -> Any:
+    # imported here: matplotlib is slow to import and only this command needs it
+    from mlbaseline.report.inputs import collect
+    from mlbaseline.report.render import render_compare_report, render_report
+
+    found = collect(inputs)
+    for note in found.notes:
+        ui.print(f"[dim]{note}[/dim]")
+    compares = [i for i in found.items if i.result.kind == "compare"]
+    if compares and len(compares) == len(found.items) and not found.manifest:
+        return render_compare_report(
+            compares[-1].result.data, output, force=force, progress=ui.progress
+        )
+    return render_report(
+        found.items,
+        output,
+        telemetry_csv=telemetry,
+        manifest=found.manifest,
+        force=force,
+        progress=ui.progress,
+    )

@@ -1,0 +1,298 @@
+"""`render_report`: results in, `baseline_report.md` and PNG figures out. Never measures.
+
+Writing is atomic per file: everything is rendered into a hidden temporary folder inside the
+output folder, then each figure and finally the Markdown are moved into place with
+`os.replace`, so a reader never sees a half-written file and a failure leaves the previous
+report (if any) as it was. Existing report files are only replaced with `force`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlbaseline.errors import OutputError, OutputExistsError
+from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.report import figures as fig
+from mlbaseline.report import payloads
+from mlbaseline.report.data import Telemetry, all_groups, read_telemetry, telemetry_path
+from mlbaseline.report.inputs import ReportInput
+from mlbaseline.report.markdown import ReportContext, render_markdown
+from mlbaseline.report.signals import (
+    Prediction,
+    Signal,
+    amdahl_predictions,
+    compute_signals,
+    worker_predictions,
+)
+from mlbaseline.results import Result
+
+REPORT_NAME = "baseline_report.md"
+COMPARE_NAME = "compare_report.md"
+FIGURES_DIR = "figures"
+FIGURE_NAMES = ("throughput", "stages", "latency", "dataloader", "telemetry", "subset")
+
+
+@dataclass(frozen=True)
+class ReportOutput:
+    """What a report wrote, and what it found."""
+
+    markdown_path: Path
+    figures: list[Path]
+    signals: list[Signal] = field(default_factory=list)
+    predictions: list[Prediction] = field(default_factory=list)
+
+    @property
+    def fired(self) -> list[Signal]:
+        return [s for s in self.signals if s.fired]
+
+
+def _normalise(
+    results: Sequence[Result | ReportInput], result_dir: Path | None
+) -> tuple[list[Result], list[Path | None]]:
+    out, sources = [], []
+    for item in results:
+        if isinstance(item, ReportInput):
+            out.append(item.result)
+            sources.append(item.path)
+        else:
+            out.append(item)
+            # a plain Result resolves its artifacts against result_dir (as if its JSON were there)
+            sources.append(result_dir / f"{item.kind}.json" if result_dir is not None else None)
+    return out, sources
+
+
+def load_telemetry(
+    results: Sequence[Result], sources: Sequence[Path | None], explicit: Path | None
+) -> tuple[Telemetry | None, str]:
+    """The telemetry timeline to show: `explicit`, else the CSV a throughput result references
+    (else any result's). Returns (telemetry or None, a note saying where it came from or why
+    it is missing)."""
+    candidates: list[tuple[Path, str]] = []
+    if explicit is not None:
+        candidates.append((Path(explicit), "given"))
+    ranked = sorted(
+        zip(results, sources, strict=True), key=lambda rs: 0 if rs[0].kind == "throughput" else 1
+    )
+    for r, src in ranked:
+        p = telemetry_path(r, src)
+        if p is not None:
+            candidates.append((p, f"referenced by the {r.kind} result"))
+    if not candidates:
+        return None, "no telemetry CSV referenced by the results (telemetry off, or not run)"
+    path, why = candidates[0]
+    try:
+        return read_telemetry(path), f"telemetry from {path.name} ({why})"
+    except FileNotFoundError:
+        return None, f"telemetry CSV {path} ({why}) does not exist"
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return None, f"telemetry CSV {path} ({why}) is unreadable: {exc}"
+
+
+def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
+    """The figures this data supports, name -> function drawing it into a path."""
+    r = ctx.results
+    jobs: dict[str, Callable[[Path], Path]] = {}
+    train = all_groups([x for x in r if x.kind == "throughput"], "train")
+    infer = all_groups([x for x in r if x.kind == "throughput"], "infer")
+    if any(g.rate for g in train + infer):
+        jobs["throughput"] = lambda p: fig.throughput_figure(train, infer, p)
+    staged = [g for g in train if g.stages and g.total]
+    if staged:
+        jobs["stages"] = lambda p: fig.stages_figure(
+            staged, p, "Training step: stage breakdown", "batch size"
+        )
+    lat = [g for g in all_groups([x for x in r if x.kind == "latency"], "latency") if g.total]
+    if lat:
+        sla = payloads.sla_p99([x for x in r if x.kind == "latency"])
+        jobs["latency"] = lambda p: fig.latency_figure(lat, sla, p)
+    loader_results = [x for x in r if x.kind == "dataloader"]
+    points = payloads.loader_sweep(loader_results)
+    if points:
+        knee = payloads.loader_knee(loader_results, points)
+        sweep = [
+            fig.SweepPoint(pt.label, pt.workers, pt.median, pt.low, pt.high, pt.split_ms)
+            for pt in points
+        ]
+        jobs["dataloader"] = lambda p: fig.dataloader_figure(sweep, knee, p)
+    if ctx.telemetry is not None and ctx.telemetry.n:
+        tel = ctx.telemetry
+        jobs["telemetry"] = lambda p: fig.telemetry_figure(tel, p)
+    facts = payloads.subset_facts([x for x in r if x.kind == "subset"], ctx.manifest)
+    if facts is not None and facts.class_counts:
+        jobs["subset"] = lambda p: fig.subset_figure(facts.class_counts, facts.full_counts, p)
+    return jobs
+
+
+def _check_free(targets: Sequence[Path], force: bool) -> None:
+    if force:
+        return
+    for t in targets:
+        if t.exists():
+            raise OutputExistsError(f"{t}: already exists (use --force to overwrite)")
+
+
+def _publish(tmp: Path, out_dir: Path, files: Sequence[str]) -> list[Path]:
+    """Move rendered files from tmp into out_dir, one os.replace each (atomic per file)."""
+    placed = []
+    for rel in files:
+        dst = out_dir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp / rel, dst)
+        placed.append(dst)
+    return placed
+
+
+def _make_tmp(out_dir: Path) -> Path:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".mlb-report-", dir=out_dir))
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot write ({exc.strerror or exc})") from None
+
+
+def _write(
+    out_dir: Path,
+    name: str,
+    jobs: Mapping[str, Callable[[Path], Path]],
+    markdown: Callable[[dict[str, str]], str],
+    force: bool,
+    progress: Progress,
+) -> tuple[Path, list[Path]]:
+    """Draw the figures and the Markdown into a temp folder, then publish them."""
+    md_path = out_dir / name
+    fig_rel = {k: f"{FIGURES_DIR}/{k}.png" for k in jobs}
+    _check_free([md_path, *(out_dir / v for v in fig_rel.values())], force)
+    tmp = _make_tmp(out_dir)
+    try:
+        with progress.task("drawing figures", total=len(jobs) + 1) as task:
+            for key, job in jobs.items():
+                job(tmp / fig_rel[key])
+                task.advance()
+            (tmp / name).write_text(markdown(fig_rel), encoding="utf-8")
+            task.advance()
+        figs = _publish(tmp, out_dir, list(fig_rel.values()))
+        _publish(tmp, out_dir, [name])  # the Markdown last: it is complete only with its figures
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(tmp)
+    return md_path, figs
+
+
+def build_context(
+    results: Sequence[Result | ReportInput],
+    *,
+    telemetry_csv: Path | None = None,
+    result_dir: Path | None = None,
+    manifest: Mapping[str, Any] | None = None,
+) -> ReportContext:
+    """Everything the report shows, computed (signals, predictions) but not yet drawn."""
+    res, sources = _normalise(results, result_dir)
+    keep = [(r, s) for r, s in zip(res, sources, strict=True) if r.kind not in ("run", "compare")]
+    res = [r for r, _ in keep]
+    sources = [s for _, s in keep]
+    telemetry, note = load_telemetry(res, sources, telemetry_csv)
+    ctx = ReportContext(
+        results=res,
+        sources=sources,
+        telemetry=telemetry,
+        telemetry_note=note,
+        manifest=dict(manifest) if manifest else None,
+    )
+    ctx.signals = compute_signals(res, telemetry)
+    points = payloads.loader_sweep([r for r in res if r.kind == "dataloader"])
+    cpu = {p.workers: p.cpu_pct for p in points if not p.variant and p.cpu_pct is not None}
+    ctx.predictions = amdahl_predictions(res) + worker_predictions(res, cpu)
+    return ctx
+
+
+def render_report(
+    results: Sequence[Result | ReportInput],
+    out_dir: Path,
+    *,
+    telemetry_csv: Path | None = None,
+    result_dir: Path | None = None,
+    manifest: Mapping[str, Any] | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> ReportOutput:
+    """Write `out_dir/baseline_report.md` and `out_dir/figures/*.png` for these results.
+
+    `results`: loaded results, or `ReportInput`s that carry the JSON path their artifacts are
+    relative to. Plain results resolve `artifacts["telemetry"]` against `result_dir`;
+    `telemetry_csv` overrides both. `run` results only group phases and are not rendered
+    themselves. Raises OutputExistsError when a report file exists and not `force`.
+    """
+    progress = progress or NullProgress()
+    ctx = build_context(
+        results, telemetry_csv=telemetry_csv, result_dir=result_dir, manifest=manifest
+    )
+    jobs = _figure_jobs(ctx)
+
+    def markdown(fig_rel: dict[str, str]) -> str:
+        ctx.figures = fig_rel
+        return render_markdown(ctx)
+
+    md, figs = _write(Path(out_dir), REPORT_NAME, jobs, markdown, force, progress)
+    return ReportOutput(md, figs, ctx.signals, ctx.predictions)
+
+
+# ---------------------------------------------------------------- compare
+
+
+def forest_rows(doc: Mapping[str, Any]) -> list[fig.ForestRow]:
+    """Forest-plot rows from a comparison document (compare's `Comparison.to_dict()`)."""
+    rows = []
+    for m in doc.get("metrics") or []:
+        try:
+            rows.append(
+                fig.ForestRow(
+                    metric=str(m["metric"]),
+                    ratio=float(m["ratio"]),
+                    low=float(m["ci_low"]),
+                    high=float(m["ci_high"]),
+                    verdict=str(m["verdict"]),
+                    threshold=float(m.get("threshold", 0.03)),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
+def render_compare_report(
+    doc: Mapping[str, Any],
+    out_dir: Path,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> ReportOutput:
+    """Write `out_dir/compare_report.md` (compare's verdict table and attribution, via
+    `mlbaseline.compare.render_markdown`) and a forest plot of every judged metric."""
+    from mlbaseline.compare import render_markdown as compare_markdown
+
+    progress = progress or NullProgress()
+    rows = forest_rows(doc)
+    jobs: dict[str, Callable[[Path], Path]] = {}
+    if rows:
+        jobs["compare_forest"] = lambda p: fig.forest_figure(rows, p)
+
+    def markdown(fig_rel: dict[str, str]) -> str:
+        lines = ["# mlb comparison report", "", compare_markdown(doc).rstrip(), ""]
+        lines += ["## Ratio of medians per metric", ""]
+        if "compare_forest" in fig_rel:
+            lines += [f"![ratio of medians new/old with 95% CI]({fig_rel['compare_forest']})", ""]
+        else:
+            lines += ["_Not measured: no metric was judged._", ""]
+        return "\n".join(lines)
+
+    md, figs = _write(Path(out_dir), COMPARE_NAME, jobs, markdown, force, progress)
+    return ReportOutput(md, figs)
