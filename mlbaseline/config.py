@@ -210,6 +210,9 @@ class EnvCheckConfig:
     gpu_min_memory_gb: float = _f(12.0, "GPU total memory needed for batch 64, GB.", min=0)
     cpu_min_idle: float = _f(0.90, "CPU idle share needed before a run.", min=0, max=1)
     cpu_idle_window_s: float = _f(0.5, "Window over which CPU idle is measured, s.", gt=0)
+    cpu_max_load: float = _f(
+        0.5, "1-minute load average per logical CPU above which env-check warns.", min=0
+    )
     min_ram_gb: float = _f(32.0, "Available RAM advised for pinned memory, GB.", min=0)
     expect: dict[str, str] = _f(
         {}, "Version pins: torch, torchvision, cuda, cudnn, driver (prefix match)."

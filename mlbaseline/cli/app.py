@@ -19,3 +19,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+@app.callback()
+def _root() -> None:
+    # A callback keeps `mlb` a command group even while only one command is registered
+    # (Typer would otherwise run that command as `mlb` itself).
+    pass
