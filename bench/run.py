@@ -1,0 +1,108 @@
+"""`make bench`: measure the instrument itself and print one table.
+
+Each section returns rows (figure, value, target, met). Timings are ratios or medians over
+repeated runs measured side by side in one run, because shared machines are noisy. The table
+goes to stdout and, with the machine's description, to bench/RESULTS.md.
+
+    make bench                 # everything
+    make bench BENCH=overhead  # one section (comma-separated list allowed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+@dataclass
+class Row:
+    section: str
+    figure: str
+    value: str
+    target: str
+    met: bool | None  # None: informational
+
+    @property
+    def mark(self) -> str:
+        return {True: "met", False: "MISSED", None: "info"}[self.met]
+
+
+def machine() -> str:
+    import psutil
+
+    from mlbaseline.envinfo import cpu_model, usable_cpus
+
+    ram = psutil.virtual_memory().total / 2**30
+    return (
+        f"{cpu_model()}, {usable_cpus()} usable CPUs, {ram:.0f} GiB RAM, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def sections() -> dict[str, Callable[[], list[Row]]]:
+    import bench_sections as bs
+
+    return bs.SECTIONS
+
+
+def render(rows: list[Row], elapsed: float) -> str:
+    lines = [
+        "| section | figure | value | target | |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.section} | {r.figure} | {r.value} | {r.target} | {r.mark} |" for r in rows]
+    missed = sum(r.met is False for r in rows)
+    lines += ["", f"{len(rows)} figures, {missed} missed their target; {elapsed:.0f} s in all."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="all", help="comma-separated sections, or 'all'")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
+    args = parser.parse_args()
+    available = sections()
+    chosen = list(available) if args.only == "all" else args.only.split(",")
+    unknown = [c for c in chosen if c not in available]
+    if unknown:
+        print(f"Error: unknown bench section(s) {unknown}; known: {', '.join(available)}")
+        return 2
+    rows: list[Row] = []
+    start = time.perf_counter()
+    for name in chosen:
+        print(f"[bench] {name} …", file=sys.stderr, flush=True)
+        try:
+            rows += available[name]()
+        except Exception as exc:  # a broken section is a missed figure, not a lost table
+            rows.append(Row(name, "section failed", f"{type(exc).__name__}: {exc}", "runs", False))
+    table = render(rows, time.perf_counter() - start)
+    print(table)
+    if not args.no_write:
+        header = (
+            "# `make bench` results\n\n"
+            f"Machine: {machine()}  \n"
+            f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, sections: "
+            f"{', '.join(chosen)}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n\n"
+        )
+        # a partial run must not replace the committed full table
+        out = ROOT / "bench" / "RESULTS.md"
+        if args.only != "all":
+            out = ROOT / "bench" / "out" / f"RESULTS-{args.only.replace(',', '-')}.md"
+            out.parent.mkdir(exist_ok=True)
+        out.write_text(header + table + "\n", encoding="utf-8")
+        print(f"[bench] written to {out.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
