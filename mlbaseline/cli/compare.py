@@ -1,0 +1,201 @@
+"""`mlb compare OLD NEW`: two-gate verdicts per metric, attribution, comparability."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+from mlbaseline import compare as cmp
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    ConfigOpt,
+    ForceOpt,
+    JsonOpt,
+    OutputOpt,
+    ProfileOpt,
+    QuietOpt,
+    SetOpt,
+    ShowConfigOpt,
+    Ui,
+    check_output,
+    emit,
+    guarded,
+    load_config,
+    make_ui,
+    show_config,
+)
+from mlbaseline.results import atomic_write_text
+from mlbaseline.runners.compare import run_compare
+
+
+class FailOn(StrEnum):
+    regressed = "regressed"
+    any = "any"
+    never = "never"
+
+
+_STYLE = {"regressed": "red", "improved": "green", "unchanged": "", "inconclusive": "yellow"}
+
+
+def _table(title: str, caption: str) -> Table:
+    return Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+
+
+def _prefix(metric: dict[str, Any]) -> str:
+    return metric.get("group") or metric["metric"].rpartition(".")[0]
+
+
+def _metric_table(doc: dict[str, Any]) -> Table:
+    """Metrics under a row per group prefix, so names stay short enough for an 80-column log."""
+    conf = round(100 * doc["settings"]["confidence"])
+    title = f"{doc['old']['label']} → {doc['new']['label']}"
+    table = _table(title, caption="p: two-sided Mann-Whitney U, Holm-adjusted")
+    table.add_column("metric", no_wrap=True)  # never cut: a truncated name is useless
+    for header in ("old", "new", "Δ%", f"{conf}% CI", "p"):
+        table.add_column(header, justify="right", overflow="fold", no_wrap="CI" in header)
+    table.add_column("verdict", overflow="fold")
+    group = None
+    for m, r in zip(doc["metrics"], cmp.table_rows(doc), strict=True):
+        prefix = _prefix(m)
+        if prefix != group:
+            group = prefix
+            table.add_row(f"[bold]{prefix}[/bold]" if prefix else "")
+        name = m["metric"][len(prefix) :] if prefix else m["metric"]
+        style = _STYLE[r["status"]]
+        verdict = f"[{style}]{r['verdict']}[/{style}]" if style else r["verdict"]
+        table.add_row(f"  {name}", r["old"], r["new"], r["delta"], r["ci"], r["p"], verdict)
+    return table
+
+
+def _stage_table(a: dict[str, Any]) -> Table:
+    title = f"attribution: {a['total']} (Δ {cmp.format_value(a['delta'], a['unit'], True)})"
+    table = _table(title, caption=f"CI: {cmp.ATTRIBUTION_METHOD}")
+    table.add_column("stage", no_wrap=True)
+    for header in ("Δ", "Δ/old total", "CI", "share"):
+        table.add_column(header, justify="right", overflow="fold")
+    table.add_column("verdict", overflow="fold")
+    for r in cmp.stage_rows(a):
+        table.add_row(r["stage"], r["delta"], r["pct"], r["ci"], r["share"], r["verdict"])
+    return table
+
+
+def _show(doc: dict[str, Any], ui: Ui) -> None:
+    if ui.quiet:
+        return
+    ui.print(_metric_table(doc))
+    if doc["blocking_differences"]:
+        ui.print(
+            "[red]† not comparable, compared anyway (--allow-mismatch):[/red] "
+            + cmp.describe_differences(doc["blocking_differences"])
+        )
+    for a in doc["attribution"]:
+        if a["total_verdict"] in ("regressed", "improved"):
+            ui.print(_stage_table(a))
+        ui.print(f"[bold]{a['sentence']}[/bold]")
+    for label, names in (
+        (doc["old"]["label"], doc["only_old"]),
+        (doc["new"]["label"], doc["only_new"]),
+    ):
+        if names:
+            ui.print(f"only in {label} (not compared): {', '.join(names)}")
+    for s in doc["skipped"]:
+        ui.print(f"[dim]not judged: {s['metric']} — {s['reason']}[/dim]")
+    info = doc["informational_differences"]
+    if info:
+        ui.print(f"[dim]informational differences: {cmp.describe_differences(info)}[/dim]")
+    ui.print(cmp.summary_line(doc))
+
+
+@app.command("compare")
+def compare_command(
+    old: Annotated[Path, typer.Argument(help="Baseline result JSON.", show_default=False)],
+    new: Annotated[Path, typer.Argument(help="Candidate result JSON.", show_default=False)],
+    fail_on: Annotated[
+        FailOn | None,
+        typer.Option(
+            "--fail-on",
+            help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
+            "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
+            "also fail). never: exit 0 after any comparison.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mismatch",
+            help="Compare although a blocking environment key differs; every verdict is marked.",
+        ),
+    ] = False,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold",
+            help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
+            "in compare.thresholds.",
+            show_default=False,
+        ),
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            help="Write a Markdown summary here (for a CI comment).",
+            show_default=False,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    profile: ProfileOpt = None,
+    output: OutputOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    sets: SetOpt = None,
+    show: ShowConfigOpt = False,
+) -> None:
+    """Compare two results of the same kind, metric by metric, and name the stage that moved.
+
+    A metric is regressed/improved only when the Holm-adjusted Mann-Whitney p < alpha AND the
+    whole bootstrap CI of the ratio of medians lies beyond the practical threshold; unchanged
+    when the CI lies inside it; otherwise inconclusive (with the samples that would settle it).
+    A blocking environment difference (GPU, driver, CUDA, cuDNN, torch, device, dtype, golden
+    parameters, subset hash) exits 3 unless --allow-mismatch.
+
+    Exit codes: 0 the gate passed, 1 it failed (see --fail-on), 2 bad input, 3 not comparable.
+
+    Example: mlb compare baseline.json new.json --markdown compare.md -o compare.json
+    """
+    overrides = {
+        "compare.fail_on": fail_on.value if fail_on else None,
+        "compare.threshold": threshold,
+    }
+
+    def body() -> None:
+        cfg = load_config(config, profile, sets, overrides)
+        if show:
+            show_config(cfg)
+        check_output(output, force)
+        check_output(markdown, force)
+        ui = make_ui(quiet)
+        run = run_compare(old, new, cfg, allow_mismatch=allow_mismatch, progress=ui.progress)
+        doc = run.result.data
+        _show(doc, ui)
+        if markdown is not None:
+            atomic_write_text(markdown, cmp.render_markdown(doc), force=force)
+            ui.print(f"[dim]markdown written to {markdown}[/dim]")
+        emit(run.result, output, json_out, force, ui)
+
+    guarded(body)
