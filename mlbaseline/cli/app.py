@@ -15,6 +15,8 @@ app = typer.Typer(
         "here, 130 interrupted."
     ),
     no_args_is_help=True,
+    # markdown: docstring paragraphs are re-wrapped to the terminal, blank lines kept
+    rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
