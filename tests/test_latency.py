@@ -543,3 +543,27 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message):
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("Error: ") and message in res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_cli_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path, monkeypatch):
+    import mlbaseline.runners.latency as runner
+
+    monkeypatch.setattr(
+        runner, "build_service", lambda cfg, body: FlakyService(KeyboardInterrupt(), 10)
+    )
+    out = tmp_path / "partial.json"
+    res = CliRunner().invoke(app, ["latency", *TINY, "--requests", "50", "-o", str(out)])
+    assert res.exit_code == 130, res.output
+    doc = load_result(out)
+    assert doc.status == "interrupted" and "interrupted after" in doc.notes[0]
+
+
+def test_a_single_request_still_gives_a_valid_result(tmp_path):
+    result = run_latency(
+        make_cfg(requests=1, concurrency=1), RecordingProgress(), service=const(0.002)
+    )
+    st = result.data["levels"]["c1"]["stats"]
+    assert st["n"] == 1 and st["p99"] == {"value": 0.002, "ci": [0.002, 0.002]}
+    assert sum(result.data["levels"]["c1"]["histogram"]["counts"]) == 1
+    assert len([w for w in result.warnings if w["code"] == "percentile_floor"]) == 3
+    load_result(write_result(result, tmp_path / "one.json"))
