@@ -163,6 +163,18 @@ class DataloaderConfig:
     cold_cache: bool = _f(True, "Also measure a cold page-cache pass (posix_fadvise DONTNEED).")
     knee_tolerance: float = _f(0.05, "Knee: smallest workers within this share of the best.", gt=0)
     synthetic_images: int = _f(1024, "Images in the generated tree when no data_dir.", min=1)
+    synthetic_format: str = _f(
+        "jpeg",
+        "File format of the generated tree (JPEG: realistic decode cost).",
+        choices=("jpeg", "png"),
+    )
+    persistent_epochs: int = _f(
+        3,
+        "Short epochs timed per worker count to measure worker start-up with "
+        "persistent_workers off and on (0 skips).",
+        min=0,
+    )
+    prefetch_factor: int = _f(2, "Batches each worker loads ahead (num_workers > 0).", min=1)
 
 
 @dataclass(frozen=True)
