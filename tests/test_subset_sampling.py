@@ -160,7 +160,13 @@ def test_a_class_draw_does_not_depend_on_other_classes():
 
 def test_reference_sample():
     cls, idx = reference_sample([3, 2], 10, seed=1)  # small: all of it, in order
-    assert list(zip(cls.tolist(), idx.tolist(), strict=True)) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    assert list(zip(cls.tolist(), idx.tolist(), strict=True)) == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+    ]
     cls, idx = reference_sample([500, 300, 200], 100, seed=1)
     assert len(cls) == 100 and len(set(zip(cls.tolist(), idx.tolist(), strict=True))) == 100
     assert all(0 <= i < n for c, i in zip(cls, idx, strict=True) for n in [[500, 300, 200][c]])

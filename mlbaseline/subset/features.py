@@ -203,7 +203,7 @@ def decode_uint8(path: Path) -> np.ndarray:
     """Full-resolution RGB pixels (H×W×3 uint8) of one image file."""
     with open(path, "rb") as fh:
         image, _ = open_rgb(fh.read())
-    return np.asarray(image)
+    return np.array(image)  # a writable copy: torch.from_numpy needs one
 
 
 @dataclass
