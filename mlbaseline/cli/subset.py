@@ -1,0 +1,239 @@
+"""`mlb subset SOURCE -o DIR`: the stratified, reproducible baseline subset, KL-validated."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    ConfigOpt,
+    ForceOpt,
+    JsonOpt,
+    ProfileOpt,
+    QuietOpt,
+    SetOpt,
+    ShowConfigOpt,
+    Ui,
+    check_output,
+    emit,
+    guarded,
+    load_config,
+    make_ui,
+    show_config,
+)
+from mlbaseline.errors import OutputError, UsageError
+from mlbaseline.results import Result
+from mlbaseline.runners.subset import RESULT_NAME, run_subset
+
+PLAN_ROWS_SHOWN = 30
+
+
+class Strategy(StrEnum):
+    proportional = "proportional"
+    balanced = "balanced"
+
+
+class Link(StrEnum):
+    copy = "copy"
+    hardlink = "hardlink"
+    symlink = "symlink"
+
+
+class ExtractorName(StrEnum):
+    stats = "stats"
+    resnet18 = "resnet18"
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _show(result: Result, ui: Ui, all_rows: bool) -> None:
+    if ui.quiet:
+        return
+    data = result.data
+    table = Table(title=f"subset plan: {data['strategy']}, n={data['n']}", title_justify="left")
+    for header in ("class", "images", "quota", "selected", "corrupt", "KL"):
+        table.add_column(header, justify="left" if header == "class" else "right")
+    rows = data.get("plan", [])
+    per_class = (data.get("kl") or {}).get("per_class", {})
+    shown = rows if all_rows else rows[:PLAN_ROWS_SHOWN]
+    for row in shown:
+        table.add_row(
+            row["class"],
+            str(row["images"]),
+            str(row["quota"]),
+            str(row.get("selected", "—")),
+            str(row.get("corrupt_excluded", "—")),
+            _fmt(per_class.get(row["class"])),
+        )
+    if len(rows) > len(shown):
+        table.add_row(f"… {len(rows) - len(shown)} more (see the result JSON)", "", "", "", "", "")
+    ui.print(table)
+    index = data.get("index", {})
+    ui.print(
+        f"{index.get('images', 0)} images in {index.get('classes', 0)} classes; "
+        f"{index.get('ignored_files', 0)} other files ignored"
+    )
+    if data.get("dry_run"):
+        ui.print("[dim]dry run: nothing decoded, nothing written[/dim]")
+        return
+    for t in data.get("tries", []):
+        mark = "[green]pass[/green]" if t["passed"] else "[red]fail[/red]"
+        ui.print(f"seed {t['seed']}: mean KL {_fmt(t['kl_mean'])} {mark}")
+    kl = data.get("kl", {})
+    ui.print(
+        f"kept seed {data.get('seed')}: mean KL {_fmt(kl.get('mean'))} "
+        f"(threshold {kl.get('threshold')}), class-proportion KL "
+        f"{_fmt(kl.get('class_proportion'))}, reference {data['reference']['size']} images"
+    )
+    if data.get("output"):
+        ui.print(f"[dim]subset written to {data['output']}[/dim]")
+
+
+def _rebase_artifacts(result: Result, out_dir: Path, result_file: Path) -> Result:
+    """Artifacts are paths relative to the JSON; a copy elsewhere needs them rebased."""
+    base = result_file.resolve().parent
+    result.artifacts = {
+        name: os.path.relpath(out_dir.resolve() / rel, base)
+        for name, rel in result.artifacts.items()
+    }
+    return result
+
+
+@app.command("subset")
+def subset_command(
+    source: Annotated[
+        Path | None,
+        typer.Argument(help="ImageFolder dataset (one sub-folder per class).", show_default=False),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help=f"Subset folder to create (holds the files, the manifest and {RESULT_NAME}).",
+            show_default=False,
+        ),
+    ] = None,
+    n: Annotated[
+        int | None,
+        typer.Option("--n", "-n", help="Subset size (default: golden.subset_size).", min=1),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed (default: golden.seed, 42).", min=0)
+    ] = None,
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(
+            "--strategy",
+            help="proportional: largest remainder by class share (default). balanced: n // k "
+            "per class, remainder to the largest classes.",
+            show_default=False,
+        ),
+    ] = None,
+    link: Annotated[
+        Link | None,
+        typer.Option("--link", help="copy (default), hardlink or symlink.", show_default=False),
+    ] = None,
+    extractor: Annotated[
+        ExtractorName | None,
+        typer.Option(
+            "--extractor", help="KL features: stats (default) or resnet18.", show_default=False
+        ),
+    ] = None,
+    weights: Annotated[
+        Path | None,
+        typer.Option(
+            "--weights",
+            help="Local resnet18 state dict (else a fixed-seed random init).",
+            show_default=False,
+        ),
+    ] = None,
+    reference_max: Annotated[
+        int | None,
+        typer.Option(
+            "--reference-max", help="Full-set side: at most this many images (10000).", min=1
+        ),
+    ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option("--retries", help="Try this many seeds, keep the lowest KL.", min=1),
+    ] = None,
+    keep_corrupt: Annotated[
+        bool, typer.Option("--keep-corrupt", help="Keep images that fail to decode.")
+    ] = False,
+    save_tensors: Annotated[
+        bool,
+        typer.Option("--save-tensors", help="Also write baseline_subset.pt (uint8 tensors)."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the per-class plan; write nothing.")
+    ] = False,
+    result_file: Annotated[
+        Path | None,
+        typer.Option("--result", help="Also write the result JSON here.", show_default=False),
+    ] = None,
+    config: ConfigOpt = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    sets: SetOpt = None,
+    show: ShowConfigOpt = False,
+) -> None:
+    """Draw a stratified, reproducible subset of an image-folder dataset and check with a
+    Gaussian KL test that it represents the full set.
+
+    The same seed and input always give the same files. The source is only read; an output
+    inside it is refused; a non-empty output needs --force (and must be an earlier subset);
+    Ctrl-C leaves nothing half-made. The manifest's SHA-256 goes into the result so that
+    `mlb compare` refuses baselines built on different subsets.
+
+    Exit codes: 0 KL passed, 1 KL failed, 2 bad input, 130 interrupted.
+
+    Example: mlb subset data/train -o baseline_subset --n 1024 --seed 42
+    """
+    overrides = {
+        "golden.seed": seed,
+        "subset.n": n,
+        "subset.strategy": strategy.value if strategy else None,
+        "subset.link": link.value if link else None,
+        "subset.extractor": extractor.value if extractor else None,
+        "subset.weights": str(weights) if weights else None,
+        "subset.reference_max": reference_max,
+        "subset.retries": retries,
+        "subset.keep_corrupt": True if keep_corrupt else None,
+        "subset.save_tensors": True if save_tensors else None,
+        "subset.source": str(source) if source else None,
+    }
+
+    def body() -> None:
+        cfg = load_config(config, profile, sets, overrides)
+        if show:
+            show_config(cfg)
+        if dry_run and result_file is not None:
+            raise UsageError("--dry-run writes nothing: drop --result (use --json to see it)")
+        check_output(result_file, force)
+        src = Path(cfg.subset.source) if cfg.subset.source else None
+        if (
+            result_file is not None
+            and src is not None
+            and src.exists()
+            and result_file.resolve().is_relative_to(src.resolve())
+        ):
+            raise OutputError(f"{result_file}: inside the source tree; choose another path")
+        ui = make_ui(quiet)
+        result = run_subset(cfg, src, output, ui.progress, dry_run=dry_run, force=force)
+        _show(result, ui, all_rows=dry_run)
+        if result_file is not None and output is not None:
+            _rebase_artifacts(result, output, result_file)
+        emit(result, result_file, json_out, force, ui)
+
+    guarded(body)
