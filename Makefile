@@ -29,7 +29,7 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 demo: install
-	$(MLB) run --force -o mlb-results/demo
+	$(MLB) run --force --ignore-env -o mlb-results/demo
 
 bench: install
 	$(PY) bench/run.py --only $(BENCH)

@@ -204,6 +204,7 @@ def atomic_write_text(path: Path, text: str, force: bool = False) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
         if not force and path.exists():
             raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
         os.replace(tmp, path)
@@ -217,6 +218,12 @@ def atomic_write_text(path: Path, text: str, force: bool = False) -> Path:
         _remove_quietly(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _remove_quietly(path: str | Path) -> None:

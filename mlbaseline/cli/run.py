@@ -1,0 +1,137 @@
+"""`mlb run`: parse → load config → run_baseline → summary on stderr → exit code."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    ConfigOpt,
+    ForceOpt,
+    JsonOpt,
+    ProfileOpt,
+    QuietOpt,
+    SetOpt,
+    ShowConfigOpt,
+    Ui,
+    exit_code_for,
+    guarded,
+    load_config,
+    make_ui,
+    show_config,
+)
+from mlbaseline.results import Result
+
+STATUS_STYLE = {"complete": "green", "interrupted": "yellow", "failed": "red"}
+VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
+
+
+def phase_table(baseline: Result) -> Table:
+    table = Table(title="mlb run", title_justify="left")
+    for col in ("phase", "status", "verdict", "file"):
+        table.add_column(col)
+    for entry in baseline.data.get("phases", []):
+        status = str(entry.get("status", "?"))
+        verdict = str(entry.get("verdict", "-"))
+        table.add_row(
+            str(entry.get("phase")),
+            f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]",
+            f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]",
+            escape(str(entry.get("file") or entry.get("error") or "-")),
+        )
+    return table
+
+
+def _print_outcome(ui: Ui, baseline: Result, out_dir: Path, report: Path | None) -> None:
+    ui.print(phase_table(baseline))
+    failed = [c for c in baseline.verdict.checks if c.status == "fail"]
+    for check in failed[:10]:
+        ui.print(f"[red]fail[/red] {escape(check.name)}: {escape(check.message)}")
+    for note in baseline.notes:
+        ui.print(f"[yellow]note:[/yellow] {escape(note)}")
+    ui.print(f"results in [bold]{escape(str(out_dir))}[/bold]")
+    if report is not None:
+        ui.print(f"report: [bold]{escape(str(report))}[/bold]")
+
+
+@app.command("run")
+def run(
+    config: ConfigOpt = None,
+    profile: ProfileOpt = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Folder for every result (default: mlb-results/<UTC timestamp>/).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    sets: SetOpt = None,
+    show_cfg: ShowConfigOpt = False,
+    ignore_env: Annotated[
+        bool,
+        typer.Option("--ignore-env", help="Measure even when env-check fails (result marked)."),
+    ] = False,
+    skip: Annotated[
+        str | None,
+        typer.Option(
+            "--skip",
+            help="Phases to leave out, e.g. latency,dataloader.",
+            show_default=False,
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="Image-folder dataset: a subset is drawn from it and measured.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """The whole baseline in one go: env-check → (subset) → dataloader → throughput → latency →
+    report.
+
+    Everything lands in one folder: each phase's result JSON, the telemetry CSV of the whole
+    run, a combined baseline.json (kind run) and baseline_report.md with its figures. The
+    default profile (demo) needs no data and no GPU. A failed env-check stops the run (exit 1)
+    unless --ignore-env; Ctrl-C keeps the phases already done and marks the run interrupted.
+
+    Example: mlb run -o mlb-results/first   (then: mlb compare mlb-results/first/baseline.json
+    mlb-results/second/baseline.json)
+    """
+
+    def body() -> None:
+        from mlbaseline.measure.gpu import default_probe
+        from mlbaseline.runners.run import default_output_dir, run_baseline
+
+        overrides = {"subset.source": str(data_dir) if data_dir else None}
+        cfg = load_config(config, profile, sets, overrides)
+        if show_cfg:
+            show_config(cfg)
+        ui = make_ui(quiet)
+        out_dir = output or default_output_dir()
+        skipped = {s.strip() for s in (skip or "").split(",") if s.strip()}
+        probe = default_probe()
+        try:
+            outcome = run_baseline(
+                cfg, out_dir, probe, ui.progress, ignore_env=ignore_env, skip=skipped, force=force
+            )
+        finally:
+            probe.close()
+        if json_out:
+            sys.stdout.write(outcome.baseline.to_json())
+        _print_outcome(ui, outcome.baseline, out_dir, outcome.report_path)
+        raise typer.Exit(int(exit_code_for(outcome.baseline)))
+
+    guarded(body)

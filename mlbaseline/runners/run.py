@@ -1,0 +1,311 @@
+"""`mlb run`: the whole baseline in one go.
+
+env-check → (subset, when a dataset is configured) → dataloader → throughput (training and
+inference) → latency → report, into one folder: every phase's result JSON, the telemetry CSV
+of the whole run, a combined `baseline.json` (kind `run`) and `baseline_report.md`.
+
+Each phase's result is written as soon as it is done, so a fault or Ctrl-C later never loses
+it; `baseline.json` is rewritten after every phase and marked with what happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlbaseline.config import Config
+from mlbaseline.errors import MlbError, OutputExistsError
+from mlbaseline.measure.gpu import GpuProbe
+from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.results import Check, Result, utc_now, write_result
+
+PHASES = ("env-check", "subset", "dataloader", "throughput", "latency", "report")
+FILES = {
+    "env-check": "env_check.json",
+    "subset": "subset.json",
+    "dataloader": "dataloader.json",
+    "throughput": "throughput.json",
+    "latency": "latency.json",
+}
+BASELINE = "baseline.json"
+TELEMETRY = "telemetry.csv"
+SUBSET_DIR = "subset"
+
+
+def default_output_dir(root: Path = Path("mlb-results")) -> Path:
+    """mlb-results/<UTC timestamp>/ (sortable, no characters that need quoting)."""
+    stamp = utc_now().replace(":", "").replace("-", "").split(".")[0]
+    return root / f"{stamp}Z"
+
+
+def check_run_dir(out_dir: Path, force: bool) -> None:
+    """A non-empty output folder needs --force (checked before anything is measured)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExistsError(f"{out_dir}: exists and is not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise OutputExistsError(f"{out_dir}: not empty (use --force to write into it)")
+
+
+@dataclass
+class RunOutcome:
+    baseline: Result
+    out_dir: Path
+    phase_results: dict[str, Result] = field(default_factory=dict)
+    report_path: Path | None = None
+
+
+@dataclass
+class _Run:
+    cfg: Config
+    out_dir: Path
+    probe: GpuProbe
+    progress: Progress
+    force: bool
+    baseline: Result
+    results: dict[str, Result] = field(default_factory=dict)
+
+    def record(self, phase: str, result: Result) -> None:
+        """Write the phase result, fold it into baseline.json, and save that too."""
+        self.results[phase] = result
+        write_result(result, self.out_dir / FILES[phase], force=True)
+        _merge(self.baseline, phase, result, FILES[phase])
+        self.save()
+
+    def fail_phase(self, phase: str, message: str) -> None:
+        self.baseline.data["phases"].append(
+            {"phase": phase, "kind": phase, "file": None, "status": "failed", "error": message}
+        )
+        self.baseline.mark("failed", f"{phase}: {message}")
+        self.baseline.verdict.checks.append(Check(f"{phase}.ran", "fail", message=message))
+        self.save()
+
+    def save(self) -> None:
+        write_result(self.baseline, self.out_dir / BASELINE, force=True)
+
+
+def _merge(baseline: Result, phase: str, result: Result, file: str) -> None:
+    """Fold one phase into the combined result; metric names are distinct by prefix."""
+    baseline.measurements.update(result.measurements)
+    baseline.data["phases"].append(
+        {
+            "phase": phase,
+            "kind": result.kind,
+            "file": file,
+            "status": result.status,
+            "verdict": result.verdict.status,
+        }
+    )
+    for check in result.verdict.checks:
+        baseline.verdict.checks.append(dataclasses.replace(check, name=f"{phase}/{check.name}"))
+    for warning in result.warnings:
+        baseline.warnings.append({**warning, "phase": phase})
+    if result.environment.get("blocking") and (
+        phase == "throughput" or not baseline.environment.get("blocking")
+    ):
+        baseline.environment = result.environment  # throughput's fingerprint is the reference
+    if result.status != "complete":
+        baseline.mark(result.status, f"{phase}: {'; '.join(result.notes) or result.status}")
+
+
+def _with(cfg: Config, section: str, **changes: Any) -> Config:
+    return dataclasses.replace(
+        cfg, **{section: dataclasses.replace(getattr(cfg, section), **changes)}
+    )
+
+
+def _phase_list(cfg: Config, skip: set[str]) -> list[str]:
+    wanted = [p for p in PHASES if p not in skip]
+    if "subset" in wanted and not cfg.subset.source:
+        wanted.remove("subset")
+    return wanted
+
+
+def run_baseline(
+    cfg: Config,
+    out_dir: Path,
+    probe: GpuProbe,
+    progress: Progress | None = None,
+    *,
+    ignore_env: bool = False,
+    skip: set[str] | frozenset[str] = frozenset(),
+    force: bool = False,
+) -> RunOutcome:
+    """Run every phase into `out_dir` and return the combined result (kind `run`)."""
+    unknown = set(skip) - set(PHASES)
+    if unknown:
+        raise MlbError(
+            f"--skip: unknown phase(s) {', '.join(sorted(unknown))}; phases: {', '.join(PHASES)}"
+        )
+    check_run_dir(out_dir, force)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = progress or NullProgress()
+    baseline = Result(kind="run", config=cfg.to_dict())
+    baseline.data = {"phases": [], "skipped": sorted(skip), "output_dir": str(out_dir)}
+    run = _Run(cfg, out_dir, probe, progress, force, baseline)
+    phases = _phase_list(cfg, set(skip))
+    outcome = RunOutcome(baseline, out_dir, run.results)
+    try:
+        _run_phases(run, phases, ignore_env, outcome)
+    except KeyboardInterrupt:
+        baseline.mark("interrupted", "interrupted by the user (Ctrl-C)")
+    finally:
+        run.save()
+    return outcome
+
+
+def _run_phases(run: _Run, phases: list[str], ignore_env: bool, outcome: RunOutcome) -> None:
+    from mlbaseline.measure.telemetry import TelemetrySampler
+
+    cfg = run.cfg
+    total = len(phases)
+    sampler = TelemetrySampler(
+        run.probe, cfg.golden.telemetry_interval_s, csv_path=run.out_dir / TELEMETRY
+    )
+    run.baseline.artifacts["telemetry"] = TELEMETRY
+    with sampler:
+        for i, phase in enumerate(phases, 1):
+            run.progress.log(f"[bold]phase {i}/{total}: {phase}[/bold]")
+            sampler.phase = phase
+            if phase == "report":
+                break
+            if not _run_phase(run, phase, sampler):
+                return
+            if phase == "env-check" and run.results[phase].verdict.failed:
+                if not ignore_env:
+                    run.baseline.notes.append(
+                        "env-check failed: run stopped (use --ignore-env to measure anyway)"
+                    )
+                    return
+                run.baseline.notes.append("env-check failed and was ignored (--ignore-env)")
+                run.baseline.data["env_check_ignored"] = True
+            if run.baseline.status == "interrupted":
+                return
+        sampler.phase = ""
+    run.baseline.data["telemetry"] = sampler.overhead()
+    _input_bound(run)
+    run.save()
+    if "report" in phases:
+        outcome.report_path = _report(run)
+
+
+# Each phase: one runner call. A fault in one phase is recorded and the run goes on; Ctrl-C
+# (KeyboardInterrupt, or a runner's result marked interrupted) stops it.
+def _run_phase(run: _Run, phase: str, sampler: Any) -> bool:
+    runner = _RUNNERS[phase]
+    try:
+        result = runner(run, sampler)
+    except MlbError as exc:
+        run.fail_phase(phase, exc.message)
+        return phase != "env-check"
+    run.record(phase, result)
+    return result.status != "interrupted"
+
+
+def _env_check(run: _Run, sampler: Any) -> Result:
+    from mlbaseline.runners.envcheck import run_env_check
+
+    return run_env_check(run.cfg, run.probe)
+
+
+def _subset(run: _Run, sampler: Any) -> Result:
+    from mlbaseline.runners.subset import run_subset
+
+    out = run.out_dir / SUBSET_DIR
+    result = run_subset(
+        run.cfg,
+        Path(run.cfg.subset.source or ""),
+        out,
+        run.progress,
+        force=run.force,
+        probe=run.probe,
+        write_result_file=False,
+    )
+    if result.status == "complete":
+        # later phases measure the subset, the set every later baseline runs on
+        run.cfg = _with(run.cfg, "workload", dataset="imagefolder", data_dir=str(out))
+        run.cfg = _with(run.cfg, "dataloader", data_dir=str(out))
+    return result
+
+
+def _dataloader(run: _Run, sampler: Any) -> Result:
+    from mlbaseline.runners.dataloader import run_dataloader
+
+    data_dir = run.cfg.dataloader.data_dir or run.cfg.workload.data_dir
+    return run_dataloader(run.cfg, Path(data_dir) if data_dir else None, run.progress)
+
+
+def _throughput(run: _Run, sampler: Any) -> Result:
+    from mlbaseline.runners.throughput import run_throughput
+
+    result = run_throughput(
+        run.cfg, run.progress, run.probe, output_dir=run.out_dir, sampler=sampler
+    )
+    result.artifacts["telemetry"] = TELEMETRY
+    return result
+
+
+def _latency(run: _Run, sampler: Any) -> Result:
+    from mlbaseline.runners.latency import run_latency
+
+    return run_latency(run.cfg, run.progress)
+
+
+_RUNNERS: dict[str, Callable[[_Run, Any], Result]] = {
+    "env-check": _env_check,
+    "subset": _subset,
+    "dataloader": _dataloader,
+    "throughput": _throughput,
+    "latency": _latency,
+}
+
+
+def _input_bound(run: _Run) -> None:
+    """The dataloader's input-bound verdict, from the training step's measured data wait."""
+    from mlbaseline.runners.dataloader import input_bound_verdict
+
+    thr = run.results.get("throughput")
+    if thr is None:
+        return
+    b = run.cfg.golden.batch_size
+    sizes = [b] if f"train.bs{b}.step" in thr.measurements else []
+    sizes = sizes or [int(n.split(".")[1][2:]) for n in thr.measurements if n.endswith(".step")]
+    if not sizes:
+        return
+    key = f"train.bs{sizes[0]}"
+    step = sum(thr.measurements[f"{key}.step"].values)
+    wait = thr.measurements.get(f"{key}.data_wait")
+    if not step or wait is None:
+        return
+    share = sum(wait.values) / step
+    level, message = input_bound_verdict(share)
+    run.baseline.data["input_bound"] = {"batch": key, "share": share, "level": level}
+    status = {"none": "pass", "moderate": "warn", "high": "warn"}[level]
+    run.baseline.verdict.checks.append(Check("input_bound", status, share, 0.20, message))
+
+
+def _report(run: _Run) -> Path | None:
+    from mlbaseline.report.render import ReportInput, render_report
+
+    inputs = [
+        ReportInput(result, run.out_dir / FILES[phase]) for phase, result in run.results.items()
+    ]
+    try:
+        out = render_report(
+            inputs,
+            run.out_dir,
+            telemetry_csv=run.out_dir / TELEMETRY,
+            force=True,
+            progress=run.progress,
+        )
+    except MlbError as exc:
+        run.fail_phase("report", exc.message)
+        return None
+    run.baseline.artifacts["report"] = out.markdown_path.name
+    run.baseline.data["phases"].append(
+        {"phase": "report", "kind": "report", "file": out.markdown_path.name, "status": "complete"}
+    )
+    run.save()
+    return out.markdown_path
