@@ -112,3 +112,17 @@ def test_result_elsewhere_rebases_artifacts(data: Path, tmp_path: Path):
 def test_help_has_an_example():
     res = runner.invoke(app, ["subset", "--help"])
     assert res.exit_code == 0 and "Example: mlb subset" in res.stdout
+
+
+def test_interrupt_exits_130_with_a_marked_result(data: Path, tmp_path: Path, monkeypatch):
+    import shutil
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfile", interrupted)
+    extra = tmp_path / "r.json"
+    res = mlb(str(data), "-o", str(tmp_path / "s"), "--n", "20", "-q", "--result", str(extra))
+    assert res.exit_code == 130
+    assert load_result(extra).status == "interrupted"
+    assert not (tmp_path / "s").exists()

@@ -191,6 +191,8 @@ def test_interrupted_copy_leaves_nothing_complete_looking(data: Path, tmp_path: 
     monkeypatch.setattr(shutil, "copyfile", flaky)
     result = run_subset(cfg(n=20), data, out, force=True)
     assert result.status == "interrupted" and result.data["output"] is None
+    assert "manifest_sha256" not in result.data and not result.artifacts
+    assert result.environment["blocking"]["subset_sha256"] is None
     assert (out / MANIFEST_NAME).read_bytes() == old  # the old subset is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # the partial one is gone
     fresh = tmp_path / "fresh"

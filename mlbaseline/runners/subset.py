@@ -308,7 +308,11 @@ def run_subset(
     try:
         _run(cfg, source, out_dir, progress, dry_run, result, timings, n, write_result_file)
     except KeyboardInterrupt:
+        # nothing was placed: the result must not name a subset that does not exist
         result.data["output"] = None
+        result.data.pop("manifest_sha256", None)
+        result.artifacts.clear()
+        result.environment = {"blocking": {}, "informational": {}}
         result.mark("interrupted", "interrupted: no subset was written (nothing half-made)")
     if not result.environment.get("blocking"):
         result.environment = _fingerprint(cfg, probe, result.data.get("manifest_sha256"))
