@@ -22,7 +22,16 @@ def exit_code_table() -> str:
     return "\n".join(rows)
 
 
-BLOCKS = {"config-reference": config_reference, "exit-codes": exit_code_table}
+def ci_gate() -> str:
+    text = (ROOT / "examples" / "ci-gate.mk").read_text(encoding="utf-8").rstrip("\n")
+    return f"```make\n{text}\n```"
+
+
+BLOCKS = {
+    "config-reference": config_reference,
+    "exit-codes": exit_code_table,
+    "ci-gate": ci_gate,
+}
 
 
 def render(text: str) -> str:
