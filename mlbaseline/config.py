@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -252,6 +253,9 @@ class Config:
 # ---------------------------------------------------------------- building from plain data
 
 
+_YAML11_FLOAT = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)[eE][-+]?\d+$")
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
@@ -293,6 +297,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _YAML11_FLOAT.match(value.strip()):
+            return float(value)  # PyYAML reads `1e-9` (no dot) as a string: YAML 1.1 quirk
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         return float(value)

@@ -104,3 +104,10 @@ def test_reference_lists_every_field():
 def test_profiles_only_use_known_keys():
     for name in cfg.available_profiles():
         cfg.resolve(profile=name)  # raises on any unknown key
+
+
+def test_exponent_floats_without_a_dot(tmp_path):
+    c = cfg.resolve(write(tmp_path, "subset:\n  kl_threshold: 1e-9\n"))
+    assert c.subset.kl_threshold == pytest.approx(1e-9)
+    with pytest.raises(ConfigError, match="expected a number"):
+        cfg.resolve(write(tmp_path, "subset:\n  kl_threshold: 1e-x\n"))
