@@ -68,6 +68,19 @@ def busy_transform(seconds: float = 0.0) -> BusyTransform:
     return BusyTransform(seconds)
 
 
+class CrashInWorker(BusyTransform):
+    """Kills the worker process it runs in (a segfaulting decoder, say); fine in the main one."""
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        if torch.utils.data.get_worker_info() is not None:
+            os._exit(3)
+        return super().__call__(image)
+
+
+def crash_in_worker() -> CrashInWorker:
+    return CrashInWorker()
+
+
 class TinyDataset:
     """A user dataset that hides its steps; index `bad` raises."""
 
@@ -239,6 +252,22 @@ def test_sweep_gives_knee_and_recommendation_and_lists_corrupt_files(
     assert result.data["pin_memory_effect"]["applicable"] is False
     assert any("num_workers=2" in t for t in progress.tasks)
     json.loads(result.to_json())  # strictly valid JSON
+
+
+def test_a_crashed_worker_fails_its_setting_not_the_sweep(tree: Path) -> None:
+    cfg = config(
+        **{
+            "workload.transform": f"{HERE}:crash_in_worker",
+            "dataloader.workers": [0, 1],
+            "dataloader.persistent_epochs": 1,
+        }
+    )
+    result = run_dataloader(cfg, tree)
+    rows = result.data["settings"]
+    assert [(r["workers"], r["status"]) for r in rows] == [(0, "ok"), (1, "failed")]
+    assert "exited unexpectedly" in rows[1]["error"]
+    assert sum(w["code"] == "setting_failed" for w in result.warnings) == 2
+    assert result.status == "complete" and result.data["knee"]["workers"] == 0
 
 
 def test_knee_rule_and_worker_cap() -> None:

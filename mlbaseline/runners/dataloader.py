@@ -664,70 +664,76 @@ def _sweep(
     progress: Progress,
     state: dict[str, Any],
 ) -> None:
-    rows: list[dict[str, Any]] = state["rows"]
-    corrupt: dict[str, dict[str, Any]] = state["corrupt"]
-    persistent = cfg.dataloader.persistent_workers
     for workers in plan.workers:
-        length = (plan.n_batches + max(1, workers)) * plan.batch_size
         for pin in plan.pins:
             state["current"] = metric_prefix(workers, pin, False)
-            loader, sampler = make_loader(
-                source, workers, pin, persistent, length, plan.batch_size, cfg
-            )
-            passes = [True, False] if plan.cold else [False]
-            for cold in passes:
-                if not cold:
-                    _prime(source.paths[:length])  # the files this pass reads
-                try:
-                    record = run_pass(
-                        loader,
-                        sampler,
-                        workers,
-                        pin,
-                        cold,
-                        plan.n_batches + max(1, workers),
-                        plan.device,
-                        plan.cpus,
-                        progress,
-                    )
-                except (RuntimeError, OSError) as exc:  # a crashed worker, too many open files
-                    rows.append(_failed_row(workers, pin, cold, exc))
-                    result.warn(
-                        "setting_failed",
-                        f"{metric_prefix(workers, pin, cold)}: {exc.__class__.__name__}: "
-                        f"{exc}; the sweep went on",
-                    )
-                    continue
-                _collect_failed(record, corrupt)
-                _check_any_loaded(record, corrupt)
-                add_pass_metrics(result, record, source.split)
-                rows.append(pass_row(record, source.split, plan.batch_size, cfg.compare.confidence))
-            del loader
+            _measure_setting(cfg, source, plan, result, progress, state, workers, pin)
     epochs = cfg.dataloader.persistent_epochs
     for workers in (w for w in plan.workers if w > 0 and epochs > 0):
         state["current"] = f"persistent_workers at num_workers={workers}"
-        entry: dict[str, Any] = {"workers": workers, "epochs": epochs}
-        with progress.task(f"persistent_workers off/on, num_workers={workers}", total=2) as task:
-            for flag in (False, True):
-                values = epoch_startups(source, workers, flag, epochs, plan.batch_size, cfg)
-                name = f"dataloader.w{workers}{'.persistent' if flag else ''}.epoch_start"
-                result.add_metric(
-                    Metric(
-                        name,
-                        "s",
-                        False,
-                        values,
-                        meta={
-                            "group": f"dataloader.w{workers}",
-                            "role": "other",
-                            "persistent_workers": flag,
-                        },
-                    )
-                )
-                entry["on_s" if flag else "off_s"] = _median(values)
-                task.advance()
-        entry["saved_s"] = entry["off_s"] - entry["on_s"]
-        state["persistent"].append(entry)
+        try:
+            state["persistent"].append(
+                _persistent_effect(cfg, source, plan, result, progress, workers)
+            )
+        except (RuntimeError, OSError) as exc:
+            _setting_failed(result, f"persistent_workers at num_workers={workers}", exc)
+
+
+def _setting_failed(result: Result, what: str, exc: BaseException) -> None:
+    result.warn("setting_failed", f"{what}: {exc.__class__.__name__}: {exc}; the sweep went on")
+
+
+def _measure_setting(
+    cfg: Config,
+    source: Source,
+    plan: Plan,
+    result: Result,
+    progress: Progress,
+    state: dict[str, Any],
+    workers: int,
+    pin: bool,
+) -> None:
+    """The cold pass (when on), then the warm pass, of one loader."""
+    n_batches = plan.n_batches + max(1, workers)
+    length = n_batches * plan.batch_size
+    loader, sampler = make_loader(
+        source, workers, pin, cfg.dataloader.persistent_workers, length, plan.batch_size, cfg
+    )
+    for cold in [True, False] if plan.cold else [False]:
+        if not cold:
+            _prime(source.paths[:length])  # the files this pass reads
+        try:
+            record = run_pass(
+                loader, sampler, workers, pin, cold, n_batches, plan.device, plan.cpus, progress
+            )
+        except (RuntimeError, OSError) as exc:  # a crashed worker, too many open files
+            state["rows"].append(_failed_row(workers, pin, cold, exc))
+            _setting_failed(result, metric_prefix(workers, pin, cold), exc)
+            break  # the loader's workers are gone: its other pass is not measured
+        _collect_failed(record, state["corrupt"])
+        _check_any_loaded(record, state["corrupt"])
+        add_pass_metrics(result, record, source.split)
+        row = pass_row(record, source.split, plan.batch_size, cfg.compare.confidence)
+        state["rows"].append(row)
+    del loader
+
+
+def _persistent_effect(
+    cfg: Config, source: Source, plan: Plan, result: Result, progress: Progress, workers: int
+) -> dict[str, Any]:
+    """Epoch start-up with persistent_workers off and on, at one worker count."""
+    epochs = cfg.dataloader.persistent_epochs
+    entry: dict[str, Any] = {"workers": workers, "epochs": epochs}
+    with progress.task(f"persistent_workers off/on, num_workers={workers}", total=2) as task:
+        for flag in (False, True):
+            values = epoch_startups(source, workers, flag, epochs, plan.batch_size, cfg)
+            name = f"dataloader.w{workers}{'.persistent' if flag else ''}.epoch_start"
+            meta = {"group": f"dataloader.w{workers}", "role": "other", "persistent_workers": flag}
+            result.add_metric(Metric(name, "s", False, values, meta=meta))
+            entry["on_s" if flag else "off_s"] = _median(values)
+            task.advance()
+    entry["saved_s"] = entry["off_s"] - entry["on_s"]
+    return entry
 
 
 def _knee(cfg: Config, rows: Sequence[Mapping[str, Any]], plan: Plan) -> dict[str, Any]:
