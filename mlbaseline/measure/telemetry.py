@@ -94,6 +94,7 @@ class TelemetrySampler:
         self.ncpu = len(psutil.cpu_percent(percpu=True))  # also primes the per-core counters
         self.columns = self._columns()
         self._durations_ns: list[int] = []
+        self._cpu_ns: list[int] = []
         self._t0 = self.clock.now_ns()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -125,6 +126,7 @@ class TelemetrySampler:
     def sample_once(self) -> dict[str, Any]:
         """Take one row, append it (and to the CSV); never raises."""
         start = self.clock.now_ns()
+        cpu_start = time.thread_time_ns()
         row: dict[str, Any] = dict.fromkeys(self.columns, "")
         errors = self._init_errors
         self._init_errors = []
@@ -136,6 +138,7 @@ class TelemetrySampler:
                 errors = [*errors, f"{part.__name__.strip('_')}: {exc.__class__.__name__}: {exc}"]
         row["error"] = "; ".join(errors)
         self._durations_ns.append(self.clock.now_ns() - start)
+        self._cpu_ns.append(time.thread_time_ns() - cpu_start)
         with self._lock:
             self.rows.append(row)
             self._write_row(row)
@@ -149,14 +152,42 @@ class TelemetrySampler:
         return []
 
     def _watched(self) -> list[int]:
-        pids: list[int] = []
-        for pid in self.pids():
-            pids.append(pid)
-            try:
-                pids += [c.pid for c in self._psutil.Process(pid).children(recursive=True)]
-            except (self._psutil.NoSuchProcess, self._psutil.ZombieProcess):
+        """The given pids and all their descendants, breadth first, without duplicates."""
+        seen: dict[int, None] = {}
+        queue = list(self.pids())
+        while queue:
+            pid = queue.pop(0)
+            if pid in seen:
                 continue
-        return list(dict.fromkeys(pids))
+            seen[pid] = None
+            queue += self._children(pid)
+        return list(seen)
+
+    def _children(self, pid: int) -> list[int]:
+        """Direct children from /proc/<pid>/task/<tid>/children (cheap); psutil's full
+        process-table scan only where the kernel lacks that file."""
+        task_dir = self.proc_root / str(pid) / "task"
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            return []  # gone (or a fake pid in tests)
+        kids: list[int] = []
+        for tid in tids:
+            try:
+                kids += [int(x) for x in (task_dir / tid / "children").read_text().split()]
+            except FileNotFoundError:
+                if not (task_dir / tid).exists():
+                    continue  # the thread ended meanwhile
+                return self._psutil_children(pid)
+            except OSError:
+                continue
+        return kids
+
+    def _psutil_children(self, pid: int) -> list[int]:
+        try:
+            return [c.pid for c in self._psutil.Process(pid).children()]
+        except (self._psutil.NoSuchProcess, self._psutil.ZombieProcess):
+            return []
 
     def _processes(self, row: dict[str, Any]) -> list[str]:
         errors: list[str] = []
@@ -307,13 +338,20 @@ class TelemetrySampler:
         CPU core spent sampling."""
         n = len(self._durations_ns)
         mean = sum(self._durations_ns) / n / 1e9 if n else 0.0
+        cpu = sum(self._cpu_ns) / n / 1e9 if n else 0.0
         return {
             "samples": n,
             "interval_s": self.interval_s,
             "mean_sample_s": mean,
             "max_sample_s": max(self._durations_ns) / 1e9 if n else 0.0,
             "overhead_fraction": mean / self.interval_s,
-            "meaning": "time per sample × sampling rate: share of one CPU core used by the sampler",
+            "mean_sample_cpu_s": cpu,
+            "cpu_overhead_fraction": cpu / self.interval_s,
+            "meaning": (
+                "wall time per sample × sampling rate (overhead_fraction; includes waiting for "
+                "the GIL while the measured code runs) and the sampler thread's own CPU time × "
+                "rate (cpu_overhead_fraction): shares of one CPU core"
+            ),
         }
 
     @property

@@ -1,0 +1,231 @@
+"""`mlb throughput`: parse → load config → run_throughput → summary table on stderr → emit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    ConfigOpt,
+    ForceOpt,
+    JsonOpt,
+    OutputOpt,
+    ProfileOpt,
+    QuietOpt,
+    SetOpt,
+    ShowConfigOpt,
+    Ui,
+    check_output,
+    emit,
+    guarded,
+    load_config,
+    make_ui,
+    parse_int_list,
+    show_config,
+)
+from mlbaseline.results import Result
+
+STAGE_ABBREV = {
+    "data_wait": "data",
+    "h2d": "h2d",
+    "forward": "fwd",
+    "loss": "loss",
+    "backward": "bwd",
+    "grad_sync": "sync",
+    "optimizer": "opt",
+}
+PART_LABEL = {"train": "train", "train_ddp": "train DDP", "inference": "infer"}
+
+
+def telemetry_name(output: Path) -> str:
+    """The telemetry CSV beside the result: t.json → t.telemetry.csv."""
+    return f"{output.stem}.telemetry.csv"
+
+
+def _fmt_rate(info: dict[str, Any]) -> str:
+    r = info.get("samples_per_s")
+    if not r:
+        return "-"
+    return f"{r['median']:.1f} [{r['ci_low']:.1f}, {r['ci_high']:.1f}]"
+
+
+def _parts(result: Result) -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for key, entry in result.data.get("batch_sizes", {}).items():
+        for part in ("train", "train_ddp", "inference"):
+            info = entry.get(part)
+            if isinstance(info, dict):
+                out.append((key, part, info))
+    return out
+
+
+def summary_table(result: Result) -> Group:
+    """Two tables: per batch size and part, samples/s [95% CI], step ms, residual %, stop
+    reason and peak memory; then each training stage's share of the step. Also used by
+    `mlb run`."""
+    main = Table(title="throughput", title_justify="left")
+    for col in ("bs", "part", "samples/s [95% CI]", "step ms", "resid %", "stop", "peak mem"):
+        main.add_column(col, justify="left" if col in ("part", "stop") else "right")
+    stages = result.data.get("stages", [])
+    shares = Table(title="share of the training step, %", title_justify="left")
+    for col in ("bs", "part", *(STAGE_ABBREV.get(s, s) for s in stages), "resid"):
+        shares.add_column(col, justify="left" if col == "part" else "right")
+    for key, part, info in _parts(result):
+        label = PART_LABEL[part]
+        if info.get("status") in ("oom", "error"):
+            note = "out of memory" if info["status"] == "oom" else info.get("error", "error")
+            main.add_row(key, label, f"[red]{escape(note)}[/red]", "-", "-", info["status"], "-")
+            continue
+        time_s = (info.get("time_s") or {}).get("median")
+        resid = info.get("residual_share")
+        main.add_row(
+            key,
+            label,
+            _fmt_rate(info),
+            f"{time_s * 1e3:.2f}" if time_s else "-",
+            f"{resid * 100:.1f}" if resid is not None else "-",
+            str(info.get("stop_reason", "-")),
+            _fmt_bytes(info.get("peak_memory_bytes"), info.get("memory_kind")),
+        )
+        share = info.get("stage_share")
+        if share:
+            cells = [f"{share[s] * 100:.1f}" if s in share else "-" for s in stages]
+            shares.add_row(key, label, *cells, f"{resid * 100:.1f}" if resid is not None else "-")
+    return Group(main, shares) if shares.row_count else Group(main)
+
+
+def _fmt_bytes(n: Any, kind: Any) -> str:
+    if n is None:
+        return "-"
+    suffix = " RSS" if kind and str(kind).startswith("cpu_rss") else ""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}{suffix}" if unit == "B" else f"{n:.1f} {unit}{suffix}"
+        n /= 1024
+    return str(n)
+
+
+def print_summary(ui: Ui, result: Result) -> None:
+    ui.print(summary_table(result))
+    tele = result.data.get("telemetry")
+    if tele:
+        o = tele["overhead"]
+        where = tele.get("csv") or tele.get("stored")
+        ui.print(
+            f"[dim]telemetry: {o['samples']} samples every {tele['interval_s']} s, sampler "
+            f"overhead {o['overhead_fraction']:.2%} of a core; CSV: {escape(str(where))}[/dim]"
+        )
+
+
+@app.command("throughput")
+def throughput(
+    config: ConfigOpt = None,
+    profile: ProfileOpt = None,
+    output: OutputOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    sets: SetOpt = None,
+    show_cfg: ShowConfigOpt = False,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option("--batch-sizes", help="Batch-size sweep, e.g. 32,64,128.", show_default=False),
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="train, inference or both.", show_default=False),
+    ] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc",
+            help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
+            show_default=False,
+            min=1,
+        ),
+    ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option(
+            "--repeats", help="Fresh-process replicates, pooled.", show_default=False, min=1
+        ),
+    ] = None,
+    min_time: Annotated[
+        float | None,
+        typer.Option(
+            "--min-time",
+            help="Stop rule: measure at least this many seconds.",
+            show_default=False,
+            min=0,
+        ),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="auto, cpu, cuda or cuda:N.", show_default=False),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Model override, e.g. torchvision:resnet50.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Training and inference throughput, stage by stage, over a batch-size sweep.
+
+    Each training step is split into data wait, host→device copy, forward, loss, backward,
+    gradient sync (multi-process) and optimizer step; the residual (step − stages) is reported.
+    Warm-up is detected and kept apart; each batch size stops on minimum time AND steps AND
+    stability, with caps. Inference: forward only under inference_mode, timed with
+    torch.utils.benchmark blocked_autorange. A telemetry CSV (GPU kernel-active %, CPU, RSS,
+    I/O) is written beside the result. Out of memory at one size is recorded and the sweep goes
+    on; Ctrl-C writes the result so far, marked interrupted (exit 130).
+
+    Example: mlb throughput --batch-sizes 8,16 --mode train -o tp.json
+    """
+
+    def body() -> None:
+        if mode is not None and mode not in ("train", "inference", "both"):
+            from mlbaseline.errors import UsageError
+
+            raise UsageError(f"--mode: '{mode}' is not one of train, inference, both")
+        overrides = {
+            "throughput.batch_sizes": parse_int_list(batch_sizes, "--batch-sizes"),
+            "throughput.mode": mode,
+            "throughput.nproc": nproc,
+            "throughput.repeats": repeats,
+            "throughput.min_time_s": min_time,
+            "workload.device": device,
+            "workload.model": model,
+        }
+        cfg = load_config(config, profile, sets, overrides)
+        if show_cfg:
+            show_config(cfg)
+        check_output(output, force)
+        name = telemetry_name(output) if output is not None else "telemetry.csv"
+        if output is not None:
+            check_output(output.parent / name, force)
+        ui = make_ui(quiet)
+        from mlbaseline.measure.gpu import default_probe
+        from mlbaseline.runners.throughput import run_throughput
+
+        probe = default_probe()
+        try:
+            result = run_throughput(
+                cfg,
+                ui.progress,
+                probe,
+                output.parent if output is not None else None,
+                telemetry_name=name,
+            )
+        finally:
+            probe.close()
+        print_summary(ui, result)
+        emit(result, output, json_out, force, ui)
+
+    guarded(body)

@@ -1,0 +1,100 @@
+"""Peak memory of one measured block, behind one interface chosen by device.
+
+- CUDA: `torch.cuda.reset_peak_memory_stats` / `torch.cuda.max_memory_allocated` — bytes held by
+  tensors through the caching allocator (not the allocator's reserved pool, not other processes).
+- CPU: there is no allocator counter, so this is *RSS growth* of this process (not its
+  DataLoader workers): the kernel's high-water mark `VmHWM`, reset through
+  `/proc/self/clear_refs` ("5"), minus the RSS at reset. Where that reset is refused, the peak is
+  the highest RSS seen at `update()` calls (after each step), which can miss a transient peak
+  inside a step; `kind` says which was used.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class MemoryMeter(Protocol):
+    kind: str
+
+    def reset(self) -> None: ...
+
+    def update(self) -> None: ...
+
+    def peak_bytes(self) -> int: ...
+
+
+def _status_kib(text: str, key: str) -> int | None:
+    m = re.search(rf"^{key}:\s+(\d+)\s+kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+class RssMeter:
+    """Peak RSS growth of this process since `reset()`."""
+
+    def __init__(self, proc_self: Path = Path("/proc/self")) -> None:
+        self.proc_self = proc_self
+        self.kind = "cpu_rss_growth"
+        self._baseline = 0
+        self._peak = 0
+        self._hwm = False
+
+    def _rss(self) -> int:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+    def reset(self) -> None:
+        try:
+            (self.proc_self / "clear_refs").write_text("5")  # resets VmHWM to the current RSS
+            self._hwm = True
+            self.kind = "cpu_rss_growth_hwm"
+        except OSError:
+            self._hwm = False
+            self.kind = "cpu_rss_growth_sampled"
+        self._baseline = self._rss()
+        self._peak = self._baseline
+
+    def update(self) -> None:
+        self._peak = max(self._peak, self._rss())
+
+    def peak_bytes(self) -> int:
+        peak = self._peak
+        if self._hwm:
+            try:
+                hwm = _status_kib((self.proc_self / "status").read_text(), "VmHWM")
+            except OSError:
+                hwm = None
+            if hwm is not None:
+                peak = max(peak, hwm)
+        return max(0, peak - self._baseline)
+
+
+class CudaMemoryMeter:
+    """Peak bytes allocated by tensors on one CUDA device since `reset()`."""
+
+    kind = "cuda_max_memory_allocated"
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self._torch = torch
+        self.device = torch.device(device)
+
+    def reset(self) -> None:
+        self._torch.cuda.synchronize(self.device)
+        self._torch.cuda.reset_peak_memory_stats(self.device)
+
+    def update(self) -> None:
+        pass  # the allocator keeps the peak itself
+
+    def peak_bytes(self) -> int:
+        return int(self._torch.cuda.max_memory_allocated(self.device))
+
+
+def make_memory_meter(device: str) -> MemoryMeter:
+    if device.startswith("cuda"):
+        return CudaMemoryMeter(device)
+    return RssMeter()
