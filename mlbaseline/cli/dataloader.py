@@ -113,13 +113,14 @@ def _num(x: float) -> str:
 
 
 def _rate(entry: dict[str, Any], with_ci: bool = True) -> str:
+    """'5,521 ±2%': the median and the larger half-width of its CI, relative."""
     med = entry.get("median")
     if med is None:
         return "–"
     lo, hi = entry.get("ci") or (None, None)
-    if not with_ci or lo is None or hi is None:
+    if not with_ci or lo is None or hi is None or med <= 0:
         return _num(med)
-    return f"{_num(med)} [{_num(lo)}–{_num(hi)}]"
+    return f"{_num(med)} ±{max(hi - med, med - lo) / med:.0%}"
 
 
 def _bytes(n: float | None) -> str:
@@ -134,7 +135,7 @@ def _bytes(n: float | None) -> str:
 
 def _name(row: dict[str, Any], knee: int | None) -> str:
     name = f"w{row['workers']}{' pin' if row['pin_memory'] else ''} {row['cache']}"
-    return name + (" ◀ knee" if row["workers"] == knee and row["cache"] == "warm" else "")
+    return name + (" ◀" if row["workers"] == knee and row["cache"] == "warm" else "")
 
 
 def _tables(data: dict[str, Any]) -> tuple[Table, Table]:
@@ -142,7 +143,7 @@ def _tables(data: dict[str, Any]) -> tuple[Table, Table]:
     rates = Table(
         title=f"throughput, batch {data.get('batch_size')} (startup in ms)", title_justify="left"
     )
-    for col in ("setting", "samples/s [CI]", "batches/s", "startup", "CPU", "read", "disk", "bad"):
+    for col in ("setting", "samples/s ±CI", "batches/s", "startup", "CPU", "read", "disk", "bad"):
         rates.add_column(col, justify="left" if col == "setting" else "right")
     stages = Table(
         title=f"median per sample / per batch, ms ({data.get('split')})", title_justify="left"
@@ -179,7 +180,11 @@ def render(result: Result, ui: Ui) -> None:
     data = result.data
     for table in _tables(data):
         ui.print(table)
-    ui.print("[dim]read = bytes returned by read calls (rchar); disk = fetched from storage[/dim]")
+    level = data.get("confidence", 0.95)
+    ui.print(
+        f"[dim]◀ knee; ±CI: {level:.0%} bootstrap CI of the median; read: bytes returned by "
+        "read calls (rchar); disk: fetched from storage[/dim]"
+    )
     if data.get("recommendation"):
         ui.print(f"[bold]recommendation:[/bold] {data['recommendation']}")
     bound = data.get("input_bound")

@@ -921,6 +921,8 @@ def _describe_run(
             "worker_init_fn": "seeds random and numpy from torch.initial_seed()",
         },
         determinism=dict(flags),
+        confidence=cfg.compare.confidence,
+        ci_method="seeded percentile bootstrap of the median (stats.median_ci)",
         notes=MEASUREMENT_NOTES,
     )
 
