@@ -40,8 +40,7 @@ _KNOWN_STAGES = (
     "transform",
 )
 
-_TRAIN_RE = re.compile(r"^train\.bs(\d+)$")
-_INFER_RE = re.compile(r"^infer\.bs(\d+)$")
+_BATCH_RE = re.compile(r"^(?:train|infer)\.bs(\d+)((?:\.[a-z_]+)*)$")
 _LATENCY_RE = re.compile(r"^latency(?:\.(c|r)([0-9p]+))?$")
 _LOADER_RE = re.compile(r"^dataloader\.w(\d+)((?:\.[a-z_]+)*)$")
 
@@ -65,8 +64,16 @@ class Group:
 
     @property
     def batch_size(self) -> int | None:
-        m = _TRAIN_RE.match(self.prefix) or _INFER_RE.match(self.prefix)
+        m = _BATCH_RE.match(self.prefix)
         return int(m.group(1)) if m else None
+
+    @property
+    def label(self) -> str:
+        """Short label for tables and axes: "16", "16 ddp", "4 pin cold", "c4", or the prefix."""
+        m = _BATCH_RE.match(self.prefix) or _LOADER_RE.match(self.prefix)
+        if m:
+            return " ".join([m.group(1), *(p for p in m.group(2).split(".") if p)])
+        return self.level or self.prefix
 
     @property
     def workers(self) -> int | None:

@@ -98,16 +98,7 @@ def stages_figure(gs: Sequence[Group], path: Path, title: str, xlabel: str) -> P
     """Stacked bars: mean milliseconds of each stage (and the residual) per group."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     means = [_stage_means(g) for g in gs]
-    labels = [
-        str(
-            g.batch_size
-            if g.batch_size is not None
-            else g.workers
-            if g.workers is not None
-            else g.level or g.prefix
-        )
-        for g in gs
-    ]
+    labels = [g.label for g in gs]
     stages: list[str] = []
     for m in means:
         stages += [s for s in m if s not in stages and s != "residual"]
@@ -243,8 +234,7 @@ def telemetry_figure(tel: Telemetry, path: Path) -> Path:
     data = np.ma.masked_invalid(np.vstack(rows)) if rows else np.ma.masked_all((1, max(1, tel.n)))
     t0 = float(tel.t[0]) if tel.n else 0.0
     t1 = float(tel.t[-1]) if tel.n > 1 else t0 + 1.0
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#dddddd")  # gaps (failed reads) in grey
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")  # gaps (failed reads): grey
     im = ax.imshow(
         data,
         aspect="auto",

@@ -2,8 +2,8 @@
 
 A folder contributes every `*.json` in it (not recursive). A result of kind `run` contributes
 the phase results its `data["phases"]` lists (file names relative to the run JSON, or entries
-with a `file`/`path`/`result` key); files reached twice are read once. A JSON without a
-`schema_version` that looks like a subset manifest is kept as the manifest; any other non-result
+with a `file`/`path`/`result` key); files reached twice are read once. A subset manifest
+(`kind: mlb-subset-manifest`) is kept as the manifest; any other non-result
 JSON in a folder is skipped and named in the notes. A named file that is not a readable result
 is an error (one line, exit 2), as is finding no result at all.
 """
@@ -19,7 +19,7 @@ from typing import Any
 from mlbaseline.errors import ResultFileError
 from mlbaseline.results import Result, load_result
 
-MANIFEST_KEYS = ("files", "entries", "samples")
+MANIFEST_KIND = "mlb-subset-manifest"  # as mlbaseline.subset.manifest writes it
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ReportInput:
 @dataclass
 class Inputs:
     items: list[ReportInput] = field(default_factory=list)
-    manifest: dict[str, Any] | None = None
+    manifest: Path | None = None  # a subset manifest file among the inputs
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -50,11 +50,7 @@ def _peek(path: Path) -> Any:
 
 
 def _is_manifest(doc: Any) -> bool:
-    return (
-        isinstance(doc, dict)
-        and "schema_version" not in doc
-        and any(k in doc for k in MANIFEST_KEYS)
-    )
+    return isinstance(doc, dict) and doc.get("kind") == MANIFEST_KIND
 
 
 def phase_paths(run: Result, source: Path | None) -> list[Path]:
@@ -67,8 +63,10 @@ def phase_paths(run: Result, source: Path | None) -> list[Path]:
         rel = entry
         if isinstance(entry, dict):
             rel = entry.get("file") or entry.get("path") or entry.get("result")
-        if not isinstance(rel, str) or not rel:
-            continue
+        if isinstance(entry, dict) and entry.get("kind") == "report":
+            continue  # the report itself, not a result
+        if not isinstance(rel, str) or not rel.endswith(".json"):
+            continue  # a failed phase has no file
         p = Path(rel)
         out.append(p if p.is_absolute() or source is None else source.parent / p)
     return out
@@ -95,13 +93,13 @@ def collect(paths: Sequence[Path]) -> Inputs:
         if not named:
             doc = _peek(path)
             if _is_manifest(doc):
-                inputs.manifest = inputs.manifest or doc
+                inputs.manifest = inputs.manifest or path
                 continue
             if not (isinstance(doc, dict) and "schema_version" in doc) and doc is not None:
                 inputs.notes.append(f"{path.name}: not an mlb result, skipped")
                 continue
         elif _is_manifest(_peek(path)):
-            inputs.manifest = _peek(path)
+            inputs.manifest = path
             continue
         result = load_result(path)
         inputs.items.append(ReportInput(result, path))

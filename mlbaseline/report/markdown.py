@@ -61,7 +61,7 @@ class ReportContext:
     figures: dict[str, str] = field(default_factory=dict)  # figure name -> relative path
     signals: list[Signal] = field(default_factory=list)
     predictions: list[Prediction] = field(default_factory=list)
-    manifest: dict[str, Any] | None = None
+    subset: payloads.SubsetFacts | None = None
 
     def of_kind(self, kind: str) -> list[Result]:
         return [r for r in self.results if r.kind == kind]
@@ -267,39 +267,56 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _opt(v: Any, fmt: Any = str, missing: str = "–") -> str:
+    return missing if v is None else fmt(v)
+
+
 def section_subset(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[4], ""]
-    facts = payloads.subset_facts(ctx.of_kind("subset"), ctx.manifest)
+    facts = ctx.subset
     if facts is None:
         return lines + not_measured("no subset result or manifest (run `mlb subset`)")
     rows = [
-        ("samples", facts.samples if facts.samples is not None else "–"),
-        ("classes", facts.classes if facts.classes is not None else "–"),
-        ("strategy", facts.strategy or "–"),
-        ("seed", facts.seed if facts.seed is not None else "–"),
+        ("samples", _opt(facts.samples)),
+        ("classes", _opt(facts.classes)),
+        ("strategy", _opt(facts.strategy)),
+        ("seed", _opt(facts.seed)),
         ("mean image size", facts.mean_size or "not measured"),
-        (
-            "mean Gaussian KL (subset ‖ full)",
-            num(facts.kl_mean, 3) if facts.kl_mean is not None else "not measured",
-        ),
-        ("KL threshold", num(facts.kl_threshold) if facts.kl_threshold is not None else "–"),
-        ("KL verdict", facts.kl_verdict or "–"),
-        ("class-proportion divergence", num(facts.class_kl) if facts.class_kl is not None else "–"),
-        ("manifest sha256", facts.sha256 or "–"),
+        ("mean file size", _opt(facts.mean_file_bytes, size, "not measured")),
+        ("KL features", _opt(facts.extractor)),
+        ("full-set reference", _opt(facts.reference)),
+        ("mean Gaussian KL (subset ‖ full)", _opt(facts.kl_mean, num, "not measured")),
+        ("KL threshold (pass below)", _opt(facts.kl_threshold, num)),
+        ("KL verdict", _opt(facts.kl_verdict)),
+        ("class-proportion divergence", _opt(facts.class_kl, num)),
+        ("seeds tried", str(facts.tries) if facts.tries else "–"),
+        ("corrupt images excluded", str(facts.corrupt)),
+        ("manifest sha256", f"`{facts.sha256}`" if facts.sha256 else "–"),
     ]
     lines += table(["", "value"], rows)
     if facts.feature_kl:
-        lines += ["Per-feature KL:", ""]
-        lines += table(["feature", "KL"], [(k, num(v)) for k, v in facts.feature_kl.items()])
+        const = set(facts.constant_features)
+        feature_rows = [
+            (k, num(v) + (" (constant feature)" if k in const else ""))
+            for k, v in facts.feature_kl.items()
+        ]
+        lines += ["Per-feature Gaussian KL:", "", *table(["feature", "KL"], feature_rows)]
     if facts.class_counts:
         total = sum(facts.class_counts.values()) or 1
         full = facts.full_counts or {}
         ftotal = sum(full.values()) or 1
         rows = [
-            (name, n, pct(n / total), pct(full[name] / ftotal) if name in full else "–")
+            (
+                name,
+                n,
+                pct(n / total),
+                pct(full[name] / ftotal) if name in full else "–",
+                _opt(facts.per_class_kl.get(name), num),
+            )
             for name, n in facts.class_counts.items()
         ]
-        lines += table(["class", "samples", "share", "share in full set"], rows)
+        headers = ["class", "samples", "share", "share in full set", "KL within class"]
+        lines += ["Class distribution:", "", *table(headers, rows)]
         lines += figure(ctx, "subset", "class distribution")
     return lines
 
@@ -309,15 +326,28 @@ def _train_row(ctx: ReportContext, result: Result, g: Group) -> list[str]:
     step = estimate(g.total.values) if g.total else None
     facts = payloads.batch_facts(result, g)
     active = payloads.kernel_active(ctx.telemetry, result, g)
+    memory = "not measured"
+    if facts.peak_memory is not None:
+        memory = size(facts.peak_memory) + _memory_kind(facts.memory_kind)
     return [
-        str(g.batch_size),
+        g.label,
         with_ci(rate.median, rate.low, rate.high) if rate else "–",
         with_ci(step.median, step.low, step.high, ms) if step else "–",
         active,
-        size(facts.peak_memory) if facts.peak_memory is not None else "not measured",
+        memory,
         str(step.n) if step else "–",
         facts.stop_reason or "–",
     ]
+
+
+def _memory_kind(kind: str | None) -> str:
+    if not kind:
+        return ""
+    if kind.startswith("cuda"):
+        return " (CUDA allocated)"
+    if "rss" in kind:
+        return " (RSS growth)"
+    return f" ({kind})"
 
 
 def section_training(ctx: ReportContext) -> list[str]:
@@ -328,10 +358,8 @@ def section_training(ctx: ReportContext) -> list[str]:
     if not rows:
         return lines + not_measured("no training throughput result (run `mlb throughput`)")
     for r in ctx.of_kind("throughput"):
-        rows += [
-            [str(b), f"out of memory: {why}", "–", "–", "–", "0", "OOM"]
-            for b, why in payloads.oom_sizes(r)
-        ]
+        failed = [(b, why) for b, part, why in payloads.failed_sizes(r) if part == "train"]
+        rows += [[str(b), why, "–", "–", "–", "0", "not measured"] for b, why in failed]
     headers = [
         "batch size",
         "samples/s [95% CI]",
@@ -357,7 +385,7 @@ def section_stages(ctx: ReportContext) -> list[str]:
     gs = [g for g in gs if g.stages]
     if not gs:
         return lines + not_measured("no stage-decomposed training step")
-    lines += stage_table(gs, "batch size", lambda g: str(g.batch_size))
+    lines += stage_table(gs, "batch size", lambda g: g.label)
     lines += figure(ctx, "stages", "stage breakdown per batch size")
     return lines
 
@@ -400,33 +428,47 @@ def stage_table(gs: Sequence[Group], key: str, label: Any) -> list[str]:
 def section_inference(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[7], ""]
     rows = []
-    for g in all_groups(ctx.of_kind("throughput"), "infer"):
-        rate = estimate(g.rate.values) if g.rate else None
-        batch = estimate(g.total.values) if g.total else None
-        rows.append(
-            [
-                str(g.batch_size),
-                with_ci(rate.median, rate.low, rate.high) if rate else "–",
-                with_ci(batch.median, batch.low, batch.high, ms) if batch else "–",
-                str(batch.n) if batch else "–",
-            ]
-        )
+    for r in ctx.of_kind("throughput"):
+        for g in all_groups([r], "infer"):
+            rate = estimate(g.rate.values) if g.rate else None
+            batch = estimate(g.total.values) if g.total else None
+            facts = payloads.batch_facts(r, g)
+            memory = "not measured"
+            if facts.peak_memory is not None:
+                memory = size(facts.peak_memory) + _memory_kind(facts.memory_kind)
+            rows.append(
+                [
+                    g.label,
+                    with_ci(rate.median, rate.low, rate.high) if rate else "–",
+                    with_ci(batch.median, batch.low, batch.high, ms) if batch else "–",
+                    memory,
+                    str(batch.n) if batch else "–",
+                ]
+            )
+        failed = [(b, why) for b, part, why in payloads.failed_sizes(r) if part == "inference"]
+        rows += [[str(b), why, "–", "–", "0"] for b, why in failed]
     if not rows:
         return lines + not_measured(
             "no inference throughput result (`mlb throughput --mode inference`)"
         )
-    lines += table(["batch size", "samples/s [95% CI]", "batch ms [95% CI]", "runs"], rows)
+    headers = ["batch size", "samples/s [95% CI]", "batch ms [95% CI]", "peak memory", "runs"]
+    lines += table(headers, rows)
     lines += [
         "Timed with `torch.utils.benchmark.Timer.blocked_autorange` under "
-        "`torch.inference_mode()`.",
+        "`torch.inference_mode()`; one run is one block of calls, its time per call.",
         "",
     ]
     return lines
 
 
-def _percentile_cells(x: np.ndarray) -> list[str]:
+def _percentile_cells(x: np.ndarray, level: Mapping[str, Any]) -> list[str]:
+    """Each percentile with its CI: as the latency runner stored it, else computed here."""
     cells = []
     for q in LATENCY_QS:
+        stored = payloads.level_percentile(level, q)
+        if stored is not None:
+            cells.append(with_ci(*stored, ms))
+            continue
         p = stats.percentile(x, q)
         lo, hi = stats.percentile_ci(x, q)
         cells.append(with_ci(p, lo, hi, ms))
@@ -441,15 +483,16 @@ def section_latency(ctx: ReportContext) -> list[str]:
         return lines + not_measured("no latency result (run `mlb latency`)")
     sla = payloads.sla_p99(results)
     rows = []
-    for _, g in gs:
+    for r, g in gs:
         x = finite(g.total.values)
+        level = payloads.latency_level(r, g.prefix)
         p99 = stats.percentile(x, 99)
         verdict = "–" if sla is None else ("meets" if p99 <= sla else "**MISSES**")
         rows.append(
             [
                 g.level or g.prefix,
                 str(x.size),
-                *_percentile_cells(x),
+                *_percentile_cells(x, level),
                 ms(float(x.mean())),
                 ms(float(x.max())),
                 verdict,
@@ -468,7 +511,7 @@ def section_latency(ctx: ReportContext) -> list[str]:
     staged = [g for _, g in gs if g.stages]
     if staged:
         lines += ["Request stage split:", ""]
-        lines += stage_table(staged, "level", lambda g: g.level or g.prefix)
+        lines += stage_table(staged, "level", lambda g: g.label)
     lines += figure(ctx, "latency", "latency histogram and CDF with the SLA line")
     return lines
 
@@ -493,7 +536,15 @@ def section_dataloader(ctx: ReportContext) -> list[str]:
                 "**knee**" if p.is_knee else "",
             ]
         )
-    headers = ["setting", "samples/s [95% CI]", "read ms", "decode ms", "transform ms", "CPU", ""]
+    headers = [
+        "setting",
+        "samples/s [95% CI]",
+        "read ms",
+        "decode ms",
+        "transform ms",
+        "CPU (% of usable)",
+        "",
+    ]
     lines += table(headers, rows)
     lines += payloads.loader_extras(results, sweep)
     lines += figure(ctx, "dataloader", "dataloader sweep with the knee")

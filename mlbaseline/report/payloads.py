@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from mlbaseline.report.data import Group, Telemetry, all_groups, estimate, finit
 from mlbaseline.results import Result
 
 DEFAULT_KNEE_TOLERANCE = 0.05
+MANIFEST_NAME = "subset_manifest.json"  # as mlbaseline.subset.manifest writes it
 
 
 def pick(doc: Any, *paths: str, default: Any = None) -> Any:
@@ -64,90 +66,149 @@ class SubsetFacts:
     strategy: str | None = None
     seed: int | None = None
     mean_size: str | None = None
+    mean_file_bytes: float | None = None
     kl_mean: float | None = None
     kl_threshold: float | None = None
     kl_verdict: str | None = None
     class_kl: float | None = None
     sha256: str | None = None
+    reference: str | None = None
+    extractor: str | None = None
     feature_kl: dict[str, float] = field(default_factory=dict)
+    constant_features: list[str] = field(default_factory=list)
+    per_class_kl: dict[str, float | None] = field(default_factory=dict)
     class_counts: dict[str, int] = field(default_factory=dict)
     full_counts: dict[str, int] = field(default_factory=dict)
+    tries: int = 0
+    corrupt: int = 0
 
 
-def _counts(value: Any) -> dict[str, int]:
-    """{class: n} from a mapping, or from a list of {class|name, n|count|chosen|selected}."""
-    if isinstance(value, Mapping):
-        return {str(k): int(v) for k, v in value.items() if isinstance(v, (int, float))}
+def _per_class(counts: Any, key: str) -> dict[str, int]:
+    """{class: n} from {class: n} or from the manifest's {class: {available, selected}}."""
     out: dict[str, int] = {}
-    if isinstance(value, list):
-        for row in value:
-            if not isinstance(row, Mapping):
-                continue
-            name = pick(row, "class", "name", "label")
-            n = pick(row, "n", "count", "chosen", "selected", "quota", "subset")
-            if name is not None and isinstance(n, (int, float)):
-                out[str(name)] = int(n)
+    if isinstance(counts, Mapping):
+        for name, v in counts.items():
+            if isinstance(v, Mapping):
+                v = v.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[str(name)] = int(v)
     return out
 
 
-def _full_counts(value: Any) -> dict[str, int]:
-    if isinstance(value, list):
-        out = {}
-        for row in value:
-            if isinstance(row, Mapping):
-                name = pick(row, "class", "name", "label")
-                n = pick(row, "available", "full", "total", "images")
-                if name is not None and isinstance(n, (int, float)):
-                    out[str(name)] = int(n)
-        return out
-    return _counts(value)
+def _plan_counts(plan: Any, key: str) -> dict[str, int]:
+    """{class: n} from the subset runner's plan rows ({class, images, quota, selected})."""
+    out: dict[str, int] = {}
+    for row in plan if isinstance(plan, list) else []:
+        if isinstance(row, Mapping) and isinstance(row.get(key), int):
+            out[str(row.get("class"))] = int(row[key])
+    return out
+
+
+def _image_sizes(folder: Path, outputs: Sequence[str], limit: int = 2048) -> str | None:
+    """Mean width × height of the subset's images, read from their headers (PIL opens lazily:
+    no pixel is decoded). None when the folder is gone. This reads data, it measures nothing."""
+    from PIL import Image, UnidentifiedImageError
+
+    sizes = []
+    for rel in outputs[:limit]:
+        try:
+            with Image.open(folder / rel) as im:
+                sizes.append(im.size)
+        except (OSError, UnidentifiedImageError, ValueError):
+            continue
+    if not sizes:
+        return None
+    w = float(np.mean([s[0] for s in sizes]))
+    h = float(np.mean([s[1] for s in sizes]))
+    return f"{w:.0f} × {h:.0f} px (mean over {len(sizes)} image headers)"
+
+
+def _manifest_facts(f: SubsetFacts, manifest: Mapping[str, Any], folders: list[Path]) -> None:
+    entries = [e for e in manifest.get("entries") or [] if isinstance(e, Mapping)]
+    sizes = [e["bytes"] for e in entries if isinstance(e.get("bytes"), (int, float))]
+    if sizes:
+        f.mean_file_bytes = float(np.mean(sizes))
+    outputs = [str(e.get("output", "")) for e in entries]
+    for folder in folders:  # the first folder that still holds the subset's images
+        if f.mean_size is None and outputs:
+            f.mean_size = _image_sizes(folder, outputs)
+    f.corrupt = f.corrupt or len(manifest.get("excluded_corrupt") or [])
 
 
 def subset_facts(
-    results: Sequence[Result], manifest: Mapping[str, Any] | None
+    results: Sequence[Result], manifest: Mapping[str, Any] | None, manifest_dir: Path | None = None
 ) -> SubsetFacts | None:
-    """Subset statistics from a subset result (preferred) or a manifest JSON."""
+    """Subset statistics from a subset result (preferred) and/or its manifest.
+
+    Sources: the subset runner's `data` (plan rows, `counts.per_class`, `kl` with `mean`,
+    `threshold`, `per_feature`, `class_proportion`, `per_class`, `tries`, `manifest_sha256`);
+    the manifest (`counts` {class: {available, selected}}, `entries` with bytes). The mean image
+    size comes from `data["image_size"]` when the runner records it, else from the image
+    headers in the subset folder when it still exists, else "not measured"."""
     if not results and not manifest:
         return None
     r = results[-1] if results else None
-    doc: Mapping[str, Any] = r.data if r is not None else (manifest or {})
+    d: Mapping[str, Any] = r.data if r is not None else {}
+    m: Mapping[str, Any] = manifest or {}
     f = SubsetFacts()
-    f.class_counts = _counts(
-        pick(doc, "class_counts", "counts.per_class", "counts", "plan", "classes")
+    f.class_counts = (
+        _per_class(pick(d, "counts.per_class"), "selected")
+        or _plan_counts(d.get("plan"), "selected")
+        or _per_class(m.get("counts"), "selected")
     )
-    f.full_counts = _full_counts(pick(doc, "full_counts", "source_counts", "plan"))
-    f.samples = pick(doc, "n", "samples", "counts.total", "total")
-    if not isinstance(f.samples, int):
-        f.samples = sum(f.class_counts.values()) if f.class_counts else None
-    f.classes = len(f.class_counts) if f.class_counts else pick(doc, "num_classes")
-    f.strategy = pick(doc, "strategy", "plan.strategy")
-    f.seed = pick(doc, "seed", "chosen_seed")
-    f.sha256 = pick(doc, "manifest_sha256", "sha256", "manifest.sha256")
-    kl = pick(doc, "kl", "validation") or {}
-    f.kl_mean = _float(pick(kl, "mean", "kl_mean") if isinstance(kl, Mapping) else kl)
-    f.kl_mean = f.kl_mean if f.kl_mean is not None else _float(pick(doc, "kl_mean"))
-    f.kl_threshold = _float(pick(kl, "threshold") if isinstance(kl, Mapping) else None)
+    f.full_counts = _plan_counts(d.get("plan"), "images") or _per_class(
+        m.get("counts"), "available"
+    )
+    selected = pick(d, "counts.selected", "n", default=m.get("n"))
+    f.samples = int(selected) if isinstance(selected, int) else sum(f.class_counts.values()) or None
+    f.classes = len(f.class_counts) or None
+    f.strategy = pick(d, "strategy", default=m.get("strategy"))
+    f.seed = pick(d, "seed", default=m.get("seed"))
+    f.sha256 = pick(d, "manifest_sha256")
+    kl = d.get("kl") if isinstance(d.get("kl"), Mapping) else {}
+    f.kl_mean = _float(kl.get("mean"))
+    f.kl_threshold = _float(kl.get("threshold"))
     if f.kl_threshold is None and r is not None:
         f.kl_threshold = _float(_config([r], "subset", "kl_threshold"))
-    per_feature = pick(kl, "per_feature", "features") if isinstance(kl, Mapping) else None
+    f.extractor = pick(kl, "extractor", default=pick(d, "extractor.name"))
+    per_feature = kl.get("per_feature")
     if isinstance(per_feature, Mapping):
-        f.feature_kl = {
-            str(k): float(v) for k, v in per_feature.items() if isinstance(v, (int, float))
-        }
-    f.class_kl = _float(
-        pick(kl, "class_proportion", "class_divergence") if isinstance(kl, Mapping) else None
-    )
-    f.class_kl = f.class_kl if f.class_kl is not None else _float(pick(doc, "class_proportion_kl"))
+        f.feature_kl = {str(k): float(v) for k, v in per_feature.items() if _float(v) is not None}
+    f.constant_features = [str(c) for c in kl.get("constant_features") or []]
+    per_class = kl.get("per_class")
+    if isinstance(per_class, Mapping):
+        f.per_class_kl = {str(k): _float(v) for k, v in per_class.items()}
+    f.class_kl = _float(kl.get("class_proportion"))
+    f.tries = len(d.get("tries") or [])
+    f.corrupt = len(d.get("corrupt") or [])
+    ref = d.get("reference")
+    if isinstance(ref, Mapping) and ref.get("size") is not None:
+        whole = " (the whole dataset)" if ref.get("whole_dataset") else " (seeded sample)"
+        f.reference = f"{ref['size']} images{whole}"
     if r is not None:
         checks = [c for c in r.verdict.checks if "kl" in c.name.lower()]
         f.kl_verdict = ", ".join(f"{c.name}: {c.status}" for c in checks) or r.verdict.status
-    w, h = (
-        _float(pick(doc, "mean_width", "image_size.mean_width")),
-        _float(pick(doc, "mean_height", "image_size.mean_height")),
-    )
-    if w is not None and h is not None:
-        f.mean_size = f"{w:.0f} × {h:.0f} px"
+    size = d.get("image_size")
+    if isinstance(size, Mapping) and _float(size.get("mean_width")) is not None:
+        f.mean_size = f"{size['mean_width']:.0f} × {size.get('mean_height', 0):.0f} px"
+    folders = [manifest_dir] if manifest_dir is not None else []
+    if isinstance(d.get("output"), str):
+        folders.append(Path(d["output"]))
+    if not m and folders:
+        m = _read_manifest(folders[-1])
+    if m:
+        _manifest_facts(f, m, folders)
     return f
+
+
+def _read_manifest(folder: Path) -> Mapping[str, Any]:
+    import json
+
+    try:
+        doc = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return doc if isinstance(doc, Mapping) else {}
 
 
 def _float(v: Any) -> float | None:
@@ -164,54 +225,59 @@ def _float(v: Any) -> float | None:
 @dataclass
 class BatchFacts:
     peak_memory: float | None = None
+    memory_kind: str | None = None  # e.g. cuda_max_memory_allocated, cpu_rss_growth_hwm
     stop_reason: str | None = None
+    status: str | None = None
     window: tuple[float, float] | None = None  # on the telemetry clock, when recorded
 
 
-def _batch_entry(result: Result, family: str, batch: int | None) -> Mapping[str, Any]:
-    """The payload entry describing one batch size of one mode, if the runner wrote one."""
+def _batch_entry(result: Result, family: str, batch: int | None) -> dict[str, Any]:
+    """The throughput runner's entry for one batch size and mode:
+    `data["batch_sizes"][str(B)]` (status, stop_reason) merged with its "train" or
+    "inference" part (summary, loop facts, peak memory)."""
     if batch is None:
         return {}
-    mode_words = {"train": ("train", "training"), "infer": ("infer", "inference")}[family]
-    best: Mapping[str, Any] = {}
-    for d in _walk(result.data):
-        if d.get("batch_size") == batch:
-            mode = str(d.get("mode", d.get("phase", "")))
-            if (not mode or mode in mode_words) and (mode in mode_words or not best):
-                best = d
-    return best
+    entries = result.data.get("batch_sizes")
+    if not isinstance(entries, Mapping):
+        return {}
+    entry = entries.get(str(batch))
+    if not isinstance(entry, Mapping):
+        return {}
+    part = entry.get("train" if family == "train" else "inference")
+    return {**entry, **(part if isinstance(part, Mapping) else {})}
 
 
 def batch_facts(result: Result, g: Group) -> BatchFacts:
     entry = _batch_entry(result, g.family, g.batch_size)
     facts = BatchFacts()
-    peak = next((m for k, m in g.other.items() if "peak" in k or "memory" in k), None)
-    if peak is not None and peak.values:
-        facts.peak_memory = float(max(peak.values))
-    else:
-        facts.peak_memory = _float(
-            pick(entry, "peak_memory_bytes", "peak_memory", "memory.peak_bytes")
-        )
-    reason = pick(entry, "stop_reason", "ended_by", "stop.reason", "stopped_by")
+    facts.peak_memory = _float(entry.get("peak_memory_bytes"))
+    kind = entry.get("memory_kind")
+    facts.memory_kind = str(kind) if kind else None
+    reason = entry.get("stop_reason")
     facts.stop_reason = str(reason) if reason is not None else None
-    start, end = (
-        pick(entry, "telemetry_start_s", "t_start_s", "t0_s"),
-        pick(entry, "telemetry_end_s", "t_end_s", "t1_s"),
-    )
-    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
-        facts.window = (float(start), float(end))
+    facts.status = str(entry["status"]) if entry.get("status") is not None else None
+    window = entry.get("telemetry_window_s")
+    if isinstance(window, list) and len(window) == 2 and all(_float(v) is not None for v in window):
+        facts.window = (float(window[0]), float(window[1]))
     return facts
 
 
-def oom_sizes(result: Result) -> list[tuple[int, str]]:
-    """Batch sizes recorded as out of memory: (batch size, message)."""
+def failed_sizes(result: Result) -> list[tuple[int, str, str]]:
+    """Batch sizes (and parts) the throughput runner recorded as out of memory or failed:
+    (batch size, part, "oom: message")."""
     out = []
-    for d in _walk(result.data):
-        b = d.get("batch_size")
-        oom = d.get("oom") is True or str(d.get("status", "")).lower() in ("oom", "out_of_memory")
-        if isinstance(b, int) and oom:
-            out.append((b, str(d.get("message") or d.get("error") or "out of memory")))
-    return sorted(set(out))
+    entries = result.data.get("batch_sizes")
+    if not isinstance(entries, Mapping):
+        return out
+    for key, entry in entries.items():
+        if not isinstance(entry, Mapping):
+            continue
+        for part in ("train", "inference"):
+            info = entry.get(part)
+            if isinstance(info, Mapping) and info.get("status") in ("oom", "error"):
+                b = int(entry.get("batch_size", key))
+                out.append((b, part, f"{info['status']}: {info.get('error', '')}".rstrip(": ")))
+    return out
 
 
 def kernel_active(tel: Telemetry | None, result: Result, g: Group) -> str:
@@ -236,26 +302,56 @@ def sla_p99(results: Sequence[Result]) -> float | None:
     return _float(_config(results, "latency", "sla_p99_s"))
 
 
+def latency_level(result: Result, prefix: str) -> Mapping[str, Any]:
+    """The latency runner's record of one level (`data["levels"][key]`), matched by prefix."""
+    levels = result.data.get("levels")
+    if isinstance(levels, Mapping):
+        for level in levels.values():
+            if isinstance(level, Mapping) and level.get("prefix") == prefix:
+                return level
+    return {}
+
+
+def level_percentile(level: Mapping[str, Any], q: float) -> tuple[float, float, float] | None:
+    """(value, CI low, CI high) of a percentile as the latency runner stored it."""
+    entry = pick(level, f"stats.p{q:g}")
+    if not isinstance(entry, Mapping):
+        return None
+    value, ci = _float(entry.get("value")), entry.get("ci")
+    if value is None or not isinstance(ci, list) or len(ci) != 2:
+        return None
+    lo, hi = _float(ci[0]), _float(ci[1])
+    return (value, lo, hi) if lo is not None and hi is not None else None
+
+
 def latency_extras(result: Result) -> list[str]:
-    """Open-loop achieved vs target rate, late sends, the SLA knee of a sweep, when recorded."""
+    """Open-loop achieved vs target rate and late sends, failed requests, the sweep's SLA knee,
+    and what the closed loop hides (coordinated omission), as the latency runner recorded them."""
     lines = []
-    for d in _walk(result.data):
-        target, achieved = _float(d.get("target_rate")), _float(d.get("achieved_rate"))
-        if target is not None and achieved is not None:
-            late = _float(pick(d, "late_share", "late_fraction"))
-            where = d.get("level") or d.get("key") or d.get("prefix") or ""
-            text = f"- {where}: achieved {achieved:.1f} of {target:.1f} requests/s".replace(
-                "- :", "-"
-            )
+    levels = result.data.get("levels")
+    for key, level in levels.items() if isinstance(levels, Mapping) else []:
+        if not isinstance(level, Mapping):
+            continue
+        target, achieved = _float(level.get("target_rate")), _float(level.get("achieved_rate"))
+        if target is not None:
+            text = f"- {key}: open loop, target {target:g} requests/s"
+            text += f", achieved {achieved:.3g}" if achieved is not None else ""
+            late = _float(level.get("late_share"))
             if late is not None:
                 text += f"; {late:.1%} of sends started late"
             lines.append(text)
-    knee = pick(result.data, "sla_knee", "max_concurrency_meeting_sla", "sweep.knee", "knee")
-    if knee is not None:
-        lines.append(f"- Highest concurrency whose p99 meets the SLA: **{knee}**")
-    note = pick(result.data, "coordinated_omission_note", "note")
-    if isinstance(note, str):
-        lines.append(f"- {note}")
+        errors = level.get("errors")
+        if isinstance(errors, Mapping) and errors.get("count"):
+            lines.append(
+                f"- {key}: {errors['count']} failed request(s) ({errors.get('share', 0):.2%})"
+            )
+    knee = pick(result.data, "sweep.knee")
+    if "sweep" in result.data:
+        shown = knee if knee is not None else "none (no swept level meets it)"
+        lines.append(f"- Highest concurrency whose p99 meets the SLA: **{shown}**")
+    omission = pick(result.data, "coordinated_omission.explanation")
+    if isinstance(omission, str):
+        lines.append(f"- Coordinated omission: {omission}")
     return [*lines, ""] if lines else []
 
 
@@ -277,42 +373,29 @@ class LoaderPoint:
 
 
 def _setting_entry(result: Result, g: Group) -> Mapping[str, Any]:
-    for d in _walk(result.data):
-        if d.get("prefix") == g.prefix or d.get("group") == g.prefix:
-            return d
-    for d in _walk(result.data):
-        if d.get("num_workers", d.get("workers")) == g.workers:
-            pin = bool(d.get("pin_memory", False))
-            cold = bool(d.get("cold", False)) or d.get("cache") == "cold"
-            if pin == ("pin" in g.variant) and cold == ("cold" in g.variant):
-                return d
+    """The dataloader runner's sweep row for one setting (`data["settings"]`, by `key`)."""
+    for row in result.data.get("settings") or []:
+        if isinstance(row, Mapping) and row.get("key") == g.prefix:
+            return row
     return {}
 
 
 def _rate_estimate(g: Group) -> tuple[float, float, float] | None:
+    """Median samples/s with its bootstrap CI, from the rate metric, else from per-sample time."""
     if g.rate is not None and g.rate.values:
         e = estimate(g.rate.values)
         return (e.median, e.low, e.high) if e else None
-    batch = g.other.get("batch")
     if g.total is not None and g.total.values:
         e = estimate(g.total.values)  # seconds per sample -> samples/s; the CI flips
         if e and e.median > 0 and e.low > 0:
             return (1 / e.median, 1 / e.high, 1 / e.low)
-    del batch
     return None
 
 
-def _cpu_of(result: Result, g: Group, entry: Mapping[str, Any]) -> float | None:
-    cpu = next((m for k, m in g.other.items() if k.startswith("cpu")), None)
-    if cpu is not None and cpu.values:
-        return float(np.mean(cpu.values))
-    v = _float(
-        pick(entry, "cpu_pct", "cpu_percent", "cpu_util_pct", "cpu.mean_pct", "cpu_pct_mean")
-    )
-    if v is None:
-        util = _float(pick(entry, "cpu_utilization", "cpu_util"))
-        v = util * 100 if util is not None and util <= 1.0 else util
-    return v
+def _cpu_of(entry: Mapping[str, Any]) -> float | None:
+    """CPU use during a setting, % of the usable CPUs (the runner's `cpu_util` is a share)."""
+    util = _float(entry.get("cpu_util"))
+    return util * 100 if util is not None else None
 
 
 def loader_sweep(results: Sequence[Result]) -> list[LoaderPoint]:
@@ -331,7 +414,7 @@ def loader_sweep(results: Sequence[Result]) -> list[LoaderPoint]:
             entry = _setting_entry(r, g)
             points.append(
                 LoaderPoint(
-                    label, g.workers, g.variant, *est, split, _cpu_of(r, g, entry), prefix=g.prefix
+                    label, g.workers, g.variant, *est, split, _cpu_of(entry), prefix=g.prefix
                 )
             )
     knee = loader_knee(results, points)
@@ -376,18 +459,21 @@ def loader_extras(results: Sequence[Result], points: Sequence[LoaderPoint]) -> l
         rec = pick(r.data, "recommendation", "knee.recommendation")
         if isinstance(rec, str):
             lines.append(f"- Recommendation: {rec}")
-        capped = pick(r.data, "workers_capped", "capped")
-        if capped:
-            lines.append(f"- Worker sweep capped at the usable CPUs: {capped}")
-        corrupt = pick(r.data, "corrupt", "corrupt_files", "unreadable")
-        if isinstance(corrupt, list) and corrupt:
-            lines.append(f"- {len(corrupt)} unreadable or corrupt file(s) skipped")
-        whole = pick(r.data, "split_available")
-        if whole is False:
-            lines.append(
-                "- The dataset does not expose read/decode/transform: "
-                "measured per sample as a whole"
-            )
+        corrupt = pick(r.data, "corrupt.count")
+        if isinstance(corrupt, int) and corrupt:
+            lines.append(f"- {corrupt} unreadable or corrupt file(s) listed and skipped")
+        pin = r.data.get("pin_memory_effect")
+        if isinstance(pin, Mapping) and pin.get("applicable") is False:
+            lines.append(f"- pin_memory: not applicable ({pin.get('reason', 'no CUDA device')})")
+        bound = pick(r.data, "input_bound.message")
+        if isinstance(bound, str):
+            lines.append(f"- Input-bound: {bound}")
+    whole = [g.prefix for g in all_groups(results, "dataloader") if g.total and not g.stages]
+    if whole:
+        lines.append(
+            "- The dataset does not expose read/decode/transform: measured per sample as a "
+            f"whole ({', '.join(whole[:4])}{'…' if len(whole) > 4 else ''})"
+        )
     lines += _cold_warm(points)
     return [*lines, ""] if lines else []
 

@@ -9,6 +9,7 @@ report (if any) as it was. Existing report files are only replaced with `force`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlbaseline.errors import OutputError, OutputExistsError
+from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.report import figures as fig
 from mlbaseline.report import payloads
@@ -77,9 +78,8 @@ def load_telemetry(
     candidates: list[tuple[Path, str]] = []
     if explicit is not None:
         candidates.append((Path(explicit), "given"))
-    ranked = sorted(
-        zip(results, sources, strict=True), key=lambda rs: 0 if rs[0].kind == "throughput" else 1
-    )
+    order = {"throughput": 0, "run": 1}
+    ranked = sorted(zip(results, sources, strict=True), key=lambda rs: order.get(rs[0].kind, 2))
     for r, src in ranked:
         p = telemetry_path(r, src)
         if p is not None:
@@ -124,7 +124,7 @@ def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
     if ctx.telemetry is not None and ctx.telemetry.n:
         tel = ctx.telemetry
         jobs["telemetry"] = lambda p: fig.telemetry_figure(tel, p)
-    facts = payloads.subset_facts([x for x in r if x.kind == "subset"], ctx.manifest)
+    facts = ctx.subset
     if facts is not None and facts.class_counts:
         jobs["subset"] = lambda p: fig.subset_figure(facts.class_counts, facts.full_counts, p)
     return jobs
@@ -187,26 +187,58 @@ def _write(
     return md_path, figs
 
 
+def _manifest(
+    manifest: Path | Mapping[str, Any] | None,
+) -> tuple[Mapping[str, Any] | None, Path | None]:
+    """(manifest document, the subset folder it sits in) from a path or a loaded document."""
+    if manifest is None or isinstance(manifest, Mapping):
+        return manifest, None
+    path = Path(manifest)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise ResultFileError(f"{path}: not a readable subset manifest") from None
+    if not isinstance(doc, Mapping):
+        raise ResultFileError(f"{path}: not a subset manifest")
+    return doc, path.parent
+
+
+def _referenced_manifest(items: Sequence[tuple[Result, Path | None]]) -> Path | None:
+    """The manifest a subset result references (`artifacts["manifest"]`), if it exists."""
+    for r, src in items:
+        rel = r.artifacts.get("manifest") if r.kind == "subset" else None
+        if rel and src is not None:
+            path = Path(rel) if Path(rel).is_absolute() else src.parent / rel
+            if path.is_file():
+                return path
+    return None
+
+
 def build_context(
     results: Sequence[Result | ReportInput],
     *,
     telemetry_csv: Path | None = None,
     result_dir: Path | None = None,
-    manifest: Mapping[str, Any] | None = None,
+    manifest: Path | Mapping[str, Any] | None = None,
 ) -> ReportContext:
     """Everything the report shows, computed (signals, predictions) but not yet drawn."""
-    res, sources = _normalise(results, result_dir)
-    keep = [(r, s) for r, s in zip(res, sources, strict=True) if r.kind not in ("run", "compare")]
+    every, every_src = _normalise(results, result_dir)
+    # a run result only groups its phases; its telemetry artifact still counts
+    telemetry, note = load_telemetry(every, every_src, telemetry_csv)
+    keep = [
+        (r, s) for r, s in zip(every, every_src, strict=True) if r.kind not in ("run", "compare")
+    ]
     res = [r for r, _ in keep]
     sources = [s for _, s in keep]
-    telemetry, note = load_telemetry(res, sources, telemetry_csv)
+    if manifest is None:
+        manifest = _referenced_manifest(keep)
     ctx = ReportContext(
         results=res,
         sources=sources,
         telemetry=telemetry,
         telemetry_note=note,
-        manifest=dict(manifest) if manifest else None,
     )
+    ctx.subset = payloads.subset_facts([r for r in res if r.kind == "subset"], *_manifest(manifest))
     ctx.signals = compute_signals(res, telemetry)
     points = payloads.loader_sweep([r for r in res if r.kind == "dataloader"])
     cpu = {p.workers: p.cpu_pct for p in points if not p.variant and p.cpu_pct is not None}
@@ -220,7 +252,7 @@ def render_report(
     *,
     telemetry_csv: Path | None = None,
     result_dir: Path | None = None,
-    manifest: Mapping[str, Any] | None = None,
+    manifest: Path | Mapping[str, Any] | None = None,
     force: bool = False,
     progress: Progress | None = None,
 ) -> ReportOutput:

@@ -441,7 +441,7 @@ def worker_predictions(
         basis = f"measured {sweep[a]:.1f} → {sweep[b]:.1f} samples/s"
         cpu = cpu_by_workers or {}
         if a in cpu and b in cpu:
-            text += f", CPU {cpu[b] - cpu[a]:+.0f} percentage points"
+            text += f", CPU use {cpu[b] - cpu[a]:+.0f} points (% of usable CPUs)"
             basis += f"; CPU {cpu[a]:.0f}% → {cpu[b]:.0f}%"
         else:
             text += ", CPU not measured"
