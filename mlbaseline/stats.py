@@ -12,12 +12,21 @@ medians lying entirely beyond the practical threshold.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
-from scipy import stats as sps
+
+
+@functools.cache
+def _sps() -> Any:
+    """scipy.stats, imported on first use: it costs ~0.6 s, and `mlb --help` should not pay it."""
+    from scipy import stats
+
+    return stats
 
 PERCENTILE_METHOD = "linear"  # numpy's method name, recorded in results
 PERCENTILE_FLOORS: dict[float, int] = {90: 64, 95: 130, 99: 662}
@@ -150,7 +159,7 @@ def bootstrap_ci(
     if x.size < 2 or np.all(x == x[0]):
         s = float(statistic(x))
         return s, s
-    res = sps.bootstrap(
+    res = _sps().bootstrap(
         (x,),
         statistic,
         n_resamples=n_resamples,
@@ -290,7 +299,7 @@ def mann_whitney_p(old: ArrayLike, new: ArrayLike) -> float:
     # "auto" goes exact whenever one side has <= 8 tie-free values; measured, 8 vs 100k values
     # takes 15 s exact (0.01 s at 8 vs 1000) and agrees with the asymptotic p to 1e-3.
     method = "auto" if max(a.size, b.size) <= 1000 else "asymptotic"
-    p = float(sps.mannwhitneyu(a, b, alternative="two-sided", method=method).pvalue)
+    p = float(_sps().mannwhitneyu(a, b, alternative="two-sided", method=method).pvalue)
     return 1.0 if math.isnan(p) else min(1.0, p)
 
 
@@ -385,7 +394,7 @@ def gaussian_kl_features(
 def z_value(confidence: float = 0.95) -> float:
     """Two-sided standard normal quantile z_{1-(1-c)/2} (scipy.stats.norm.ppf); 0.95 -> 1.95996."""
     _check_confidence(confidence)
-    return float(sps.norm.ppf(0.5 + confidence / 2.0))
+    return float(_sps().norm.ppf(0.5 + confidence / 2.0))
 
 
 def samples_needed(sigma: float, width: float, confidence: float = 0.95) -> int:
@@ -414,7 +423,7 @@ def min_detectable_effect(
         raise ValueError("min_detectable_effect: sample counts must be >= 1")
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise ValueError("min_detectable_effect: alpha and power must lie in (0, 1)")
-    z = z_value(1.0 - alpha) + float(sps.norm.ppf(power))
+    z = z_value(1.0 - alpha) + float(_sps().norm.ppf(power))
     return z * math.sqrt(sigma_old**2 / n_old + sigma_new**2 / n_new)
 
 
