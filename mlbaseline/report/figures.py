@@ -315,5 +315,7 @@ def forest_figure(rows: Sequence[ForestRow], path: Path) -> Path:
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(y, [r.metric for r in rows], fontsize=7)
     ax.set_xlabel("ratio of medians new/old (95% CI); band: ±threshold")
-    ax.set_title("Comparison (red regressed, green improved, orange inconclusive)")
+    ax.set_title(
+        "red: regressed · green: improved · orange: inconclusive · grey: unchanged", fontsize=8
+    )
     return _save(fig, path)

@@ -131,10 +131,18 @@ def section_summary(ctx: ReportContext) -> list[str]:
             [r.kind, src.name if src else "(in memory)", r.status, r.verdict.status, r.created_at]
         )
     lines += table(["result", "file", "status", "verdict", "created (UTC)"], rows)
-    fired = [s for s in ctx.signals if s.fired]
+    fired: dict[str, list[Signal]] = {}
+    for s in ctx.signals:
+        if s.fired:
+            fired.setdefault(s.name, []).append(s)
     if fired:
-        lines.append(f"**{len(fired)} danger signal(s) fired:**")
-        lines += [f"- {s.title} — {s.message}" for s in fired]
+        lines.append(f"**{len(fired)} danger signal(s) fired** (details in the table below):")
+        for group in fired.values():
+            if len(group) == 1:
+                lines.append(f"- {group[0].title} — {group[0].message}")
+            else:
+                on = ", ".join(s.subject for s in group)
+                lines.append(f"- {group[0].title} — on {len(group)} subjects: {on}")
     else:
         lines.append("No danger signal fired (see [Danger signals](#danger-signals)).")
     lines.append("")
