@@ -527,3 +527,33 @@ def test_groups_follow_meta_roles():
     ]
     assert g.residual.name == "train.bs16.residual" and g.rate.name == "train.bs16.samples_per_s"
     assert g.batch_size == 16 and g.label == "16"
+
+
+def test_forest_plot_keeps_totals_and_movers_when_there_are_many_metrics(tmp_path):
+    from mlbaseline.report.render import FOREST_MAX_ROWS, forest_rows
+
+    def m(i: int, role: str, verdict: str = "unchanged") -> dict:
+        return {
+            "metric": f"m{i}",
+            "ratio": 1.0,
+            "ci_low": 0.99,
+            "ci_high": 1.01,
+            "verdict": verdict,
+            "threshold": 0.03,
+            "role": role,
+        }
+
+    few = {"metrics": [m(i, "stage") for i in range(5)]}
+    assert len(forest_rows(few)[0]) == 5 and forest_rows(few)[1] == 0
+    many = [m(i, "stage") for i in range(FOREST_MAX_ROWS)] + [
+        m(100, "total"),
+        m(101, "stage", "regressed"),
+    ]
+    rows, left_out = forest_rows({"metrics": many})
+    assert [r.metric for r in rows] == ["m100", "m101"] and left_out == FOREST_MAX_ROWS
+    wide = [
+        figures.ForestRow("a", 1.0, 0.1, 9.0, "inconclusive", 0.03),
+        figures.ForestRow("b", 1.2, 1.1, 1.3, "regressed", 0.03),
+    ]
+    with Image.open(figures.forest_figure(wide, tmp_path / "f.png")) as im:
+        im.verify()

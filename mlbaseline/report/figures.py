@@ -295,27 +295,42 @@ _VERDICT_COLORS = {
 }
 
 
+FOREST_LIMITS = (0.5, 2.0)  # x range of the forest plot; longer CIs end in an arrow
+
+
 def forest_figure(rows: Sequence[ForestRow], path: Path) -> Path:
-    """Forest plot: ratio of medians new/old with 95% CI per metric; the ±threshold band shaded."""
-    fig, ax = plt.subplots(figsize=(6.5, 1.0 + 0.28 * max(1, len(rows))))
+    """Forest plot: ratio of medians new/old with 95% CI per metric, on a log axis (a ratio is
+    multiplicative: 0.8 and 1.25 are equally far from 1); the ±threshold band shaded. CI ends
+    outside FOREST_LIMITS (or the data's own range, when narrower) are drawn as arrows."""
+    fig, ax = plt.subplots(figsize=(6.5, 1.0 + 0.22 * max(1, len(rows))))
+    thr = max((r.threshold for r in rows), default=0.03)
+    ends = [v for r in rows for v in (r.low, r.high) if np.isfinite(v) and v > 0]
+    lo = max(FOREST_LIMITS[0], min([*ends, 1 - 2 * thr]) * 0.98)
+    hi = min(FOREST_LIMITS[1], max([*ends, 1 + 2 * thr]) * 1.02)
     y = np.arange(len(rows))[::-1]
     for yi, r in zip(y, rows, strict=True):
         color = _VERDICT_COLORS.get(r.verdict, "black")
-        ax.errorbar(
-            r.ratio,
-            yi,
-            xerr=[[r.ratio - r.low], [r.high - r.ratio]],
-            fmt="o",
-            color=color,
-            capsize=3,
-            markersize=4,
-        )
-    thr = max((r.threshold for r in rows), default=0.03)
+        a = min(max(r.low, lo), hi) if np.isfinite(r.low) and r.low > 0 else lo
+        b = max(min(r.high, hi), lo) if np.isfinite(r.high) else hi
+        ax.plot([a, b], [yi, yi], color=color, linewidth=1.2)
+        ax.plot([min(max(r.ratio, lo), hi)], [yi], "o", color=color, markersize=4)
+        if r.low < lo or not np.isfinite(r.low):
+            ax.plot([lo], [yi], "<", color=color, markersize=5)
+        if r.high > hi or not np.isfinite(r.high):
+            ax.plot([hi], [yi], ">", color=color, markersize=5)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    wide = hi / lo > 1.6  # fine ticks only where they do not collide
+    grid = (0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0) if wide else (0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25)
+    ticks = [t for t in grid if lo <= t <= hi]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
     ax.axvspan(1 - thr, 1 + thr, color="#eeeeee", zorder=0)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(y, [r.metric for r in rows], fontsize=7)
-    ax.set_xlabel("ratio of medians new/old (95% CI); band: ±threshold")
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("ratio of medians new/old (95% CI, log scale); band: ±threshold")
     ax.set_title(
-        "red: regressed · green: improved · orange: inconclusive · grey: unchanged", fontsize=8
+        "red: regressed · green: improved · orange: inconclusive · grey: unchanged", fontsize=7
     )
     return _save(fig, path)

@@ -280,10 +280,22 @@ def render_report(
 # ---------------------------------------------------------------- compare
 
 
-def forest_rows(doc: Mapping[str, Any]) -> list[fig.ForestRow]:
-    """Forest-plot rows from a comparison document (compare's `Comparison.to_dict()`)."""
+FOREST_MAX_ROWS = 40
+
+
+def forest_rows(doc: Mapping[str, Any]) -> tuple[list[fig.ForestRow], int]:
+    """Forest-plot rows from a comparison document (compare's `Comparison.to_dict()`), and how
+    many judged metrics were left out: beyond FOREST_MAX_ROWS only totals, rates and metrics
+    that regressed or improved are drawn (the table in the report keeps every metric)."""
+    metrics = [m for m in doc.get("metrics") or [] if isinstance(m, Mapping)]
+    if len(metrics) > FOREST_MAX_ROWS:
+        metrics = [
+            m
+            for m in metrics
+            if m.get("role") in ("total", "rate") or m.get("verdict") in ("regressed", "improved")
+        ]
     rows = []
-    for m in doc.get("metrics") or []:
+    for m in metrics:
         try:
             rows.append(
                 fig.ForestRow(
@@ -297,7 +309,7 @@ def forest_rows(doc: Mapping[str, Any]) -> list[fig.ForestRow]:
             )
         except (KeyError, TypeError, ValueError):
             continue
-    return rows
+    return rows, len(doc.get("metrics") or []) - len(rows)
 
 
 def render_compare_report(
@@ -312,7 +324,7 @@ def render_compare_report(
     from mlbaseline.compare import render_markdown as compare_markdown
 
     progress = progress or NullProgress()
-    rows = forest_rows(doc)
+    rows, left_out = forest_rows(doc)
     jobs: dict[str, Callable[[Path], Path]] = {}
     if rows:
         jobs["compare_forest"] = lambda p: fig.forest_figure(rows, p)
@@ -322,6 +334,13 @@ def render_compare_report(
         lines += ["## Ratio of medians per metric", ""]
         if "compare_forest" in fig_rel:
             lines += [f"![ratio of medians new/old with 95% CI]({fig_rel['compare_forest']})", ""]
+            if left_out:
+                lines += [
+                    f"_{left_out} stage and other metrics are left out of the chart (totals, "
+                    "rates and every regressed or improved metric are drawn); the table above "
+                    "has them all._",
+                    "",
+                ]
         else:
             lines += ["_Not measured: no metric was judged._", ""]
         return "\n".join(lines)
