@@ -557,3 +557,26 @@ def test_forest_plot_keeps_totals_and_movers_when_there_are_many_metrics(tmp_pat
     ]
     with Image.open(figures.forest_figure(wide, tmp_path / "f.png")) as im:
         im.verify()
+
+
+def test_gpu_signals_ignore_the_idle_phases_of_a_run_timeline():
+    busy = np.r_[np.zeros(40), np.full(40, 92.0), np.zeros(20)]  # dataloader, training, after
+    found = signals.gpu_signals(telemetry(gpu=busy))
+    assert found and not any(s.fired for s in found)
+    assert "while kernels ran" in found[0].message
+
+
+def test_gpu_signals_judge_the_recorded_training_windows():
+    r = train_result()
+    r.data = {
+        "batch_sizes": {"16": {"batch_size": 16, "train": {"telemetry_window_s": [5.0, 9.9]}}}
+    }
+    series = np.r_[_sawtooth(50), np.full(50, 92.0)]  # t = 0–4.9 s sawtooth, 5–9.9 s steady
+    assert signals.training_windows([r]) == [(5.0, 9.9)]
+    assert not any(
+        s.fired for s in _of(signals.compute_signals([r], telemetry(gpu=series)), "gpu_sawtooth")
+    )
+    r.data["batch_sizes"]["16"]["train"]["telemetry_window_s"] = [0.0, 4.9]
+    assert any(
+        s.fired for s in _of(signals.compute_signals([r], telemetry(gpu=series)), "gpu_sawtooth")
+    )

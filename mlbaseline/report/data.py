@@ -244,7 +244,10 @@ class Telemetry:
 
     def window(self, start: float, end: float) -> Telemetry:
         """The samples with start ≤ t ≤ end."""
-        m = (self.t >= start) & (self.t <= end)
+        return self.select((self.t >= start) & (self.t <= end))
+
+    def select(self, m: np.ndarray) -> Telemetry:
+        """The samples where the boolean mask `m` is true."""
         idx = np.flatnonzero(m)
 
         def cut(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -290,7 +290,7 @@ def kernel_active(tel: Telemetry | None, result: Result, g: Group) -> str:
         part = tel.window(*facts.window) if facts.window else None
     if part is None or part.n == 0:
         x = np.concatenate([finite(v) for v in tel.gpu_active.values()])
-        return f"{x.mean():.0f}% (whole run)" if x.size else "not measured"
+        return f"{x.mean():.0f}% (run mean: per-size window not recorded)" if x.size else "–"
     x = np.concatenate([finite(v) for v in part.gpu_active.values()])
     return f"{x.mean():.0f}%" if x.size else "not measured"
 

@@ -14,7 +14,10 @@ Definitions (thresholds are the module constants below):
   is a low run with a high run on both sides. Fires with ≥ 3 dips when low samples are ≥ 10% of
   all samples — the GPU repeatedly idles waiting for work (typically data loading or
   synchronisation). The period (lag of the first autocorrelation peak) is reported with it.
-- ``gpu_low``: mean GPU kernel-active % below 50% over the run. (NVML's "utilization" means a
+- ``gpu_low``: mean GPU kernel-active % below 50%.
+  Both GPU signals judge the training windows when the throughput result records them, else the
+  span from the first to the last sample in which a kernel ran (see :func:`gpu_span`), so the
+  idle phases of a whole `mlb run` timeline do not count. (NVML's "utilization" means a
   kernel was running during the sample period; it is not SM or Tensor Core load.)
 - ``tail_ratio``: latency p99/p50 > 3.
 - ``cv``: coefficient of variation above 3% of a throughput total (train step, inference batch,
@@ -248,15 +251,59 @@ def dominant_period(series: np.ndarray) -> int | None:
     return None
 
 
-def gpu_signals(telemetry: Telemetry | None) -> list[Signal]:
+def training_windows(results: Sequence[Result]) -> list[tuple[float, float]]:
+    """Telemetry-clock windows (start, end) of the training batch sizes, where the throughput
+    runner recorded them (`data["batch_sizes"][B]["train"]["telemetry_window_s"]`)."""
+    from mlbaseline.report.payloads import batch_facts
+
+    out = []
+    for r in results:
+        if r.kind != "throughput":
+            continue
+        for g in all_groups([r], "train"):
+            window = batch_facts(r, g).window
+            if window is not None:
+                out.append(window)
+    return out
+
+
+def gpu_span(tel: Telemetry, windows: Sequence[tuple[float, float]]) -> tuple[Telemetry, str]:
+    """The part of the timeline the GPU signals judge, and how it was chosen.
+
+    A timeline of a whole `mlb run` also covers phases that leave the GPU idle (env-check,
+    dataloader), which would make any GPU look idle. So: the recorded training windows when
+    there are any; else the span from the first to the last sample in which a kernel ran
+    (> 0%), trimming the idle head and tail."""
+    if windows:
+        keep = np.zeros(tel.n, dtype=bool)
+        for a, b in windows:
+            keep |= (tel.t >= a) & (tel.t <= b)
+        if keep.any():
+            return tel.select(keep), f"{len(windows)} training window(s)"
+    active = np.zeros(tel.n, dtype=bool)
+    for v in tel.gpu_active.values():
+        active |= np.nan_to_num(v, nan=0.0) > 0
+    if not active.any():
+        return tel, "whole timeline (no kernel ever ran)"
+    idx = np.flatnonzero(active)
+    lo, hi = float(tel.t[idx[0]]), float(tel.t[idx[-1]])
+    return tel.window(
+        lo, hi
+    ), f"t = {lo:.1f}–{hi:.1f} s, while kernels ran (training windows not recorded)"
+
+
+def gpu_signals(
+    telemetry: Telemetry | None, windows: Sequence[tuple[float, float]] = ()
+) -> list[Signal]:
     if telemetry is None or not telemetry.has_gpu:
         why = "no GPU telemetry (CPU run, or telemetry off)"
         return [
             _not_measured("gpu_sawtooth", why, float(SAWTOOTH_MIN_DIPS)),
             _not_measured("gpu_low", why, GPU_LOW_MEAN_PCT),
         ]
+    span, basis = gpu_span(telemetry, windows)
     out = []
-    for gpu, series in telemetry.gpu_active.items():
+    for gpu, series in span.gpu_active.items():
         x = finite(series)
         if x.size == 0:
             continue
@@ -266,17 +313,17 @@ def gpu_signals(telemetry: Telemetry | None) -> list[Signal]:
         period = dominant_period(x)
         msg = (
             f"{gpu}: {dips} dips below {SAWTOOTH_LOW_PCT:.0f}% kernel-active, "
-            f"{low_frac:.0%} of samples low"
+            f"{low_frac:.0%} of samples low ({basis})"
         )
-        if period and telemetry.n > 1:
-            dt = float(np.nanmedian(np.diff(telemetry.t)))
+        if period and span.n > 1:
+            dt = float(np.nanmedian(np.diff(span.t)))
             msg += f", period ≈ {period * dt:.2f} s"
         if fired:
             msg += " — the GPU idles periodically, waiting for input or a synchronisation"
         out.append(Signal("gpu_sawtooth", fired, float(dips), float(SAWTOOTH_MIN_DIPS), msg, gpu))
         mean = float(x.mean())
         low = mean < GPU_LOW_MEAN_PCT
-        msg = f"{gpu}: mean kernel-active {mean:.0f}%"
+        msg = f"{gpu}: mean kernel-active {mean:.0f}% ({basis})"
         if low:
             msg += " — the GPU is idle much of the time; find what it waits for"
         out.append(Signal("gpu_low", low, mean, GPU_LOW_MEAN_PCT, msg, gpu))
@@ -341,7 +388,7 @@ def compute_signals(results: Sequence[Result], telemetry: Telemetry | None = Non
     """Every danger signal, in report order; absent inputs give "not measured" entries."""
     return [
         *data_wait_signals(results),
-        *gpu_signals(telemetry),
+        *gpu_signals(telemetry, training_windows(results)),
         *tail_ratio_signals(results),
         *cv_signals(results),
         *thermal_signals(results, telemetry),
