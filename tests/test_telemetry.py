@@ -205,3 +205,20 @@ def test_write_csv_later(tmp_path):
 def test_interval_must_be_positive():
     with pytest.raises(ValueError):
         TelemetrySampler(NullProbe(), 0)
+
+
+def test_children_found_through_proc_task_children(tmp_path):
+    """Descendants from /proc/<pid>/task/<tid>/children, breadth first, each counted once."""
+    for pid, kids in {4100: "4101 4102", 4101: "4103", 4102: "", 4103: ""}.items():
+        fake_proc(tmp_path, pid, 100)
+        task = tmp_path / str(pid) / "task" / str(pid)
+        task.mkdir(parents=True)
+        (task / "children").write_text(kids)
+    (tmp_path / "4100" / "task" / "4199").mkdir()  # a second thread, with a child too
+    (tmp_path / "4100" / "task" / "4199" / "children").write_text("4103")
+    sampler = TelemetrySampler(
+        NullProbe(), 0.1, pids=lambda: [4100], clock=ManualClock(), proc_root=tmp_path
+    )
+    watched = sampler._watched()
+    assert watched[0] == 4100 and sorted(watched) == [4100, 4101, 4102, 4103]
+    assert sampler.sample_once()["read_bytes"] == 400

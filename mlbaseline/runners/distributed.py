@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 import uuid
@@ -88,8 +89,16 @@ class AllReduceParallel:
     suffix = ""
     stages = DIST_STAGES
 
-    def __init__(self, rank: int, world_size: int, device: str, seed: int) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        device: str,
+        seed: int,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.rank, self.world_size, self.device, self.seed = rank, world_size, device, seed
+        self.interrupted = interrupted
 
     def wrap(self, model: nn.Module, device: str) -> nn.Module:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -112,9 +121,13 @@ class AllReduceParallel:
         return model.no_sync()  # type: ignore[operator]
 
     def agree(self, decision: Decision) -> Decision:
-        """Rank 0's decision, broadcast (outside the timed step)."""
+        """Rank 0's decision, broadcast (outside the timed step). A Ctrl-C becomes a
+        decision too, so that every rank stops at the same step instead of one rank waiting
+        forever in a collective the others left."""
         import torch.distributed as dist
 
+        if self.rank == 0 and self.interrupted():
+            decision = Decision(decision.warmup, decision.warmup_capped, "interrupted")
         code = _STOP_CODES.index(decision.stop)
         warm = -1 if decision.warmup is None else decision.warmup
         t = torch.tensor([warm, int(decision.warmup_capped), code], dtype=torch.int64)
@@ -181,13 +194,20 @@ def _worker(cfg_doc: dict[str, Any], device_kind: str, sizes: list[int], out_dir
         "threads": threads,
         "runs": [],
     }
+    # Ctrl-C (from the terminal or the agent) sets a flag; rank 0 turns it into a stop decision
+    flag = {"interrupted": False}
+    signal.signal(signal.SIGINT, lambda *_: flag.__setitem__("interrupted", True))
     timeout = timedelta(seconds=max(300.0, 4 * cfg.throughput.max_time_s))
     dist.init_process_group(backend, timeout=timeout)
     try:
         spec = build_dataset(cfg)
         for batch_size in sizes:
+            if _any_rank(flag["interrupted"], device):
+                break
             for mode in SYNC_MODES[cfg.throughput.sync_mode]:
-                par = PARALLEL[mode](rank, world, device, cfg.golden.seed)
+                par = PARALLEL[mode](
+                    rank, world, device, cfg.golden.seed, lambda: flag["interrupted"]
+                )
                 on_step = _progress_writer(out / "progress.json", batch_size, mode)
                 record: dict[str, Any] = {"batch_size": batch_size, "mode": mode}
                 try:
@@ -205,11 +225,26 @@ def _worker(cfg_doc: dict[str, Any], device_kind: str, sizes: list[int], out_dir
                 payload["runs"].append(record)
                 _save(out, payload)
                 if run.loop.stop_reason == "interrupted":
-                    return payload
+                    break
+            else:
+                continue
+            break
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+    if flag["interrupted"]:
+        # The agent is shutting down and will not collect a return value (the worker would
+        # wait for it until killed); the raw values are saved, so leave now.
+        os._exit(130)
     return payload
+
+
+def _any_rank(flag: bool, device: str) -> bool:
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], dtype=torch.int64).to(device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
 
 
 def _save(out: Path, payload: dict[str, Any]) -> None:
@@ -236,6 +271,7 @@ def _launch(cfg: Config, device: str, sizes: list[int], out: Path) -> tuple[str 
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
+        shutdown_timeout=10,
         logs_specs=DefaultLogsSpecs(log_dir=str(out / "logs"), redirects=Std.ALL),
     )
     kind = "cuda" if device.startswith("cuda") else "cpu"

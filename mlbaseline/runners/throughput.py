@@ -61,7 +61,7 @@ TRAIN_STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
 DIST_STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "grad_sync", "optimizer")
 RESIDUAL_LIMIT = 0.05  # stage sums within 5% of the step time
 CONFIDENCE = 0.95
-TELEMETRY_OVERHEAD_LIMIT = 0.01
+TELEMETRY_OVERHEAD_LIMIT = 0.02
 
 # ---------------------------------------------------------------- helpers
 
