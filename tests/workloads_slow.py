@@ -105,3 +105,24 @@ class SlowData(Dataset):
 
 def slow_dataset(**kwargs: Any) -> SlowData:
     return SlowData(**kwargs)
+
+
+class SpinCNN(nn.Module):
+    """The built-in TinyCNN plus a device-side spin of `cycles` GPU clock cycles in forward
+    (torch.cuda._sleep): a known extra cost that only CUDA events can see as device time."""
+
+    def __init__(self, num_classes: int = 10, cycles: int = 0) -> None:
+        super().__init__()
+        from mlbaseline.workloads.factory import TinyCNN
+
+        self.inner = TinyCNN(num_classes=num_classes)
+        self.cycles = cycles
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cycles and x.is_cuda:
+            torch.cuda._sleep(self.cycles)
+        return self.inner(x)
+
+
+def spin_model(**kwargs: Any) -> SpinCNN:
+    return SpinCNN(**kwargs)
