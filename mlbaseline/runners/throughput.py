@@ -132,6 +132,10 @@ class Batches:
             self._it = iter(self.loader)
             return next(self._it)
 
+    def close(self) -> None:
+        self._it = None
+        self.loader = None
+
 
 def make_loader(
     spec: DataSpec, cfg: Config, batch_size: int, device: str, sampler: Any = None
@@ -333,7 +337,7 @@ class TrainRun:
                 "samples_per_s",
                 "items/s",
                 True,
-                lambda r: r.samples * n / r.times.total_s,
+                lambda r: r.samples * n / max(r.times.total_s, 1e-9),
                 role="rate",
                 per="all processes" if n > 1 else "process",
             )
@@ -421,7 +425,10 @@ def train_one_size(
         peak = meter.peak_bytes()
         epochs = batches.epochs
     finally:
-        batches = loader = None  # stop DataLoader workers now, not at garbage collection
+        # drop every reference to the loader's iterator: its workers stop now, not at some
+        # later garbage collection while the next batch size is being measured
+        batches.close()
+        step.batches = loader = None  # type: ignore[assignment]
     return TrainRun(
         batch_size=batch_size,
         prefix=f"train.bs{batch_size}{par.suffix}",
@@ -1107,18 +1114,6 @@ def _pool_replicates(result: Result, children: list[Result]) -> None:
         result.data["batch_sizes"][key] = entry
 
 
-def stage_table_rows(result: Result) -> list[dict[str, Any]]:
-    """Flat rows for a summary table: one per (batch size, part)."""
-    rows = []
-    for key, entry in result.data.get("batch_sizes", {}).items():
-        for part in ("train", "train_ddp", "inference"):
-            info = entry.get(part)
-            if not isinstance(info, dict):
-                continue
-            rows.append({"batch_size": int(key), "part": part, **info})
-    return rows
-
-
 __all__ = [
     "DIST_STAGES",
     "TRAIN_STAGES",
@@ -1135,6 +1130,5 @@ __all__ = [
     "pool_metrics",
     "run_replicates",
     "run_throughput",
-    "stage_table_rows",
     "train_one_size",
 ]
