@@ -88,6 +88,8 @@ class TelemetrySampler:
         self.clock = clock or PerfClock()
         self.proc_root = Path(proc_root)
         self.rows: list[dict[str, Any]] = []
+        # label written into every row; `mlb run` sets it per phase so the report can slice
+        self.phase = ""
         self.csv_error: str | None = None
         self._init_errors: list[str] = []
         self.gpu_indices = list(gpu_indices) if gpu_indices is not None else self._find_gpus()
@@ -119,7 +121,7 @@ class TelemetrySampler:
         cols += ["rss_bytes", "nprocs", "read_bytes"]
         for i in self.gpu_indices:
             cols += [f"gpu{i}_{f}" for f in GPU_FIELDS]
-        return [*cols, "error"]
+        return [*cols, "phase", "error"]
 
     # ------------------------------------------------------------ one sample
 
@@ -136,6 +138,7 @@ class TelemetrySampler:
                 errors = errors + part(row)
             except Exception as exc:  # a reader bug must not end the timeline either
                 errors = [*errors, f"{part.__name__.strip('_')}: {exc.__class__.__name__}: {exc}"]
+        row["phase"] = self.phase
         row["error"] = "; ".join(errors)
         self._durations_ns.append(self.clock.now_ns() - start)
         self._cpu_ns.append(time.thread_time_ns() - cpu_start)
