@@ -492,6 +492,14 @@ class InferRun:
         }
 
 
+def _quiet_cpp_extension_log() -> None:
+    # torch.utils.benchmark imports cpp_extension, which logs "No CUDA runtime is found" on
+    # every CPU-only machine; that line is noise on stderr, not a finding.
+    import logging
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+
 def infer_one_size(
     cfg: Config,
     spec: DataSpec,
@@ -501,6 +509,7 @@ def infer_one_size(
     callback: Callable[[int, float], None] | None = None,
 ) -> InferRun:
     """Forward only, under inference_mode, on one fixed batch already on the device."""
+    _quiet_cpp_extension_log()
     from torch.utils import benchmark
     from torch.utils.data import DataLoader
 
