@@ -26,7 +26,8 @@ DEFAULT_PROFILE = "demo"
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
-    """A dataclass field with help text and validation metadata (min, max, choices)."""
+    """A dataclass field with help text and validation metadata (min, gt, max, choices,
+    nonempty for lists)."""
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata={"help": help, **meta})
@@ -92,7 +93,7 @@ class ThroughputConfig:
     """Training and inference throughput, stage-decomposed."""
 
     mode: str = _f("both", "What to measure.", choices=("train", "inference", "both"))
-    batch_sizes: list[int] = _f([32, 64, 128], "Batch-size sweep.")
+    batch_sizes: list[int] = _f([32, 64, 128], "Batch-size sweep.", min=1, nonempty=True)
     min_time_s: float = _f(5.0, "Stop rule: measure at least this long (after warm-up).", min=0)
     min_steps: int = _f(16, "Stop rule: at least this many measured steps.", min=1)
     max_steps: int = _f(500, "Stop rule cap: at most this many measured steps.", min=1)
@@ -155,8 +156,10 @@ class DataloaderConfig:
     """Data-loading baseline: read / decode / transform / collate, worker sweeps."""
 
     data_dir: str | None = _f(None, "Image-folder root; default: a generated synthetic tree.")
-    workers: list[int] = _f([0, 2, 4, 8], "num_workers sweep (capped at usable CPUs).")
-    pin_memory: list[bool] = _f([False, True], "pin_memory settings to try.")
+    workers: list[int] = _f(
+        [0, 2, 4, 8], "num_workers sweep (capped at usable CPUs).", min=0, nonempty=True
+    )
+    pin_memory: list[bool] = _f([False, True], "pin_memory settings to try.", nonempty=True)
     persistent_workers: bool = _f(False, "Keep workers alive between passes.")
     batches: int = _f(16, "Batches per setting (at least 16).", min=1)
     batch_size: int | None = _f(None, "Batch size; default: golden.batch_size.", min=1)
@@ -310,6 +313,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
 
 
 def _check_range(value: Any, meta: Mapping[str, Any], path: str) -> None:
+    if meta.get("nonempty") and isinstance(value, list) and not value:
+        raise ConfigError(f"{path}: needs at least one value")
     items = value if isinstance(value, list) else [value]
     for item in items:
         if item is None or isinstance(item, (bool, str, dict)):

@@ -10,6 +10,7 @@ disagree with its own samples.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -205,9 +206,10 @@ def atomic_write_text(path: Path, text: str, force: bool = False) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-        if not force and path.exists():
-            raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
-        os.replace(tmp, path)
+        if force:
+            os.replace(tmp, path)
+        else:
+            _place_new(tmp, path)
     except OutputExistsError:
         _remove_quietly(tmp)
         raise
@@ -218,6 +220,28 @@ def atomic_write_text(path: Path, text: str, force: bool = False) -> Path:
         _remove_quietly(tmp)
         raise
     return path
+
+
+def _place_new(tmp: str, path: Path) -> None:
+    """Move `tmp` to `path` only if `path` does not exist yet, atomically: a hard link fails
+    when the target exists, so of two writers racing for one new file exactly one wins (an
+    exists-check followed by a rename would let the second silently overwrite the first)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise OutputExistsError(f"{path}: already exists (use --force to overwrite)") from None
+    except OSError as exc:
+        if exc.errno not in _NO_HARDLINKS:
+            raise
+        # a file system without hard links: the check is then only as good as this
+        if path.exists():
+            raise OutputExistsError(f"{path}: already exists (use --force to overwrite)") from None
+        os.replace(tmp, path)
+        return
+    _remove_quietly(tmp)
+
+
+_NO_HARDLINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 
 
 def _umask() -> int:

@@ -73,6 +73,12 @@ class RichProgress:
 
     @contextmanager
     def task(self, description: str, total: int | None = None) -> Iterator[Any]:
+        if not self.console.is_terminal:
+            # a pipe or a CI log: a bar cannot redraw there and would only leave blank lines
+            # (e.g. before an `Error:` line, which must stay the only line)
+            with NullProgress().task(description, total) as task:
+                yield task
+            return
         columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn()]
         columns += [MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress(*columns, console=self.console, transient=True) as bar:
@@ -117,6 +123,8 @@ def make_ui(quiet: bool) -> Ui:
 
 def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
     """One `Error: …` line on stderr, then exit."""
+    # a message can quote user input or a user factory's exception text: keep it one line
+    message = " ".join(part.strip() for part in message.splitlines() if part.strip())
     typer.echo(f"Error: {message}", err=True)
     raise typer.Exit(int(code))
 

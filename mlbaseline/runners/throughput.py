@@ -939,6 +939,12 @@ def _run_once(
                 train_distributed(run)
                 train = False
             _sweep(run, train, infer)
+    except MlbError:
+        # bad input (a model factory that fails, say) writes nothing: not even the telemetry
+        # CSV opened beside the result, which would also block the rerun without --force
+        if csv_path is not None:
+            csv_path.unlink(missing_ok=True)
+        raise
     except KeyboardInterrupt:
         result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
         for entry in run.entries.values():
