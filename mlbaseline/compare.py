@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
-from mlbaseline.config import CompareConfig
+from mlbaseline.config import CompareConfig, flatten
 from mlbaseline.errors import ConfigError, NotComparableError
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import KINDS, Check, Metric, Result
@@ -264,22 +264,11 @@ def failing_names(doc: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- comparability
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, f"{dotted}."))
-        else:
-            out[dotted] = value
-    return out
-
-
 _ABSENT = "(absent)"
 
 
 def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     rows = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)

@@ -424,6 +424,18 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} → {'a.b': 1}; the inverse of `nest` (empty mappings stay leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{dotted}."))
+        else:
+            out[dotted] = value
+    return out
+
+
 def nest(dotted: str, value: Any) -> dict[str, Any]:
     """'a.b.c', v → {'a': {'b': {'c': v}}}."""
     node: Any = value

@@ -28,6 +28,7 @@ def _sps() -> Any:
 
     return stats
 
+
 PERCENTILE_METHOD = "linear"  # numpy's method name, recorded in results
 PERCENTILE_FLOORS: dict[float, int] = {90: 64, 95: 130, 99: 662}
 DEFAULT_SEED = 42

@@ -299,13 +299,6 @@ def bad(case_id: str, args: str, fragment: str, setup=None, marks=()) -> Any:
 
 TP = "throughput --quiet -o {tmp}/out.json"
 LAT = "latency --quiet -o {tmp}/out.json --requests 5"
-REPORT_TRUSTS_MANIFEST = pytest.mark.xfail(
-    strict=True,
-    reason="bug (report/render.py _manifest, report/payloads.py _read_manifest): the report "
-    "reads a manifest with plain json.loads, not subset.manifest.load_manifest, so '..' and "
-    "absolute entry paths are accepted and their files opened (image headers); exit 0",
-)
-
 BAD_INPUT = [
     # config files
     bad("missing-config", f"{TP} -c {{tmp}}/nope.yaml", "nope.yaml: config file not found"),
@@ -522,14 +515,12 @@ BAD_INPUT = [
         "report {tmp}/sub/subset_manifest.json -o {tmp}/rep",
         "'..' is not allowed",
         _manifest("../../../etc/hostname"),
-        marks=REPORT_TRUSTS_MANIFEST,
     ),
     bad(
         "manifest-absolute-report",
         "report {tmp}/sub/subset_manifest.json -o {tmp}/rep",
         "absolute paths are not allowed",
         _manifest("/etc/hostname"),
-        marks=REPORT_TRUSTS_MANIFEST,
     ),
 ]
 

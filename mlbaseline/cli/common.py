@@ -147,20 +147,9 @@ def load_config(
 ) -> cfgmod.Config:
     """CLI flags (overrides, then --set) > file > profile > default, via config.resolve."""
     merged: dict[str, Any] = dict(overrides or {})
-    for key, value in _flatten(cfgmod.parse_set(sets or [])).items():
+    for key, value in cfgmod.flatten(cfgmod.parse_set(sets or [])).items():
         merged[key] = value
     return cfgmod.resolve(config_file, profile, merged)
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, f"{dotted}."))
-        else:
-            out[dotted] = value
-    return out
 
 
 def show_config(config: cfgmod.Config) -> NoReturn:

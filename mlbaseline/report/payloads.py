@@ -202,11 +202,17 @@ def subset_facts(
 
 
 def _read_manifest(folder: Path) -> Mapping[str, Any]:
+    """The subset folder's manifest, only if it validates (no '..' or absolute entries), since
+    its entries are opened to read image headers; anything else counts as absent."""
     import json
 
+    from mlbaseline.errors import MlbError
+    from mlbaseline.subset.manifest import load_manifest
+
     try:
+        load_manifest(folder / MANIFEST_NAME)
         doc = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (MlbError, OSError, UnicodeDecodeError, ValueError):
         return {}
     return doc if isinstance(doc, Mapping) else {}
 

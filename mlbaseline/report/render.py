@@ -194,6 +194,9 @@ def _manifest(
     if manifest is None or isinstance(manifest, Mapping):
         return manifest, None
     path = Path(manifest)
+    from mlbaseline.subset.manifest import load_manifest
+
+    load_manifest(path)  # refuses '..' and absolute entries before any of them is opened
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
