@@ -309,3 +309,14 @@ def test_class_divergence_matches_scipy():
     assert validate.class_divergence([3, 1], [1, 1]) == pytest.approx(
         entropy([0.75, 0.25], [0.5, 0.5])
     )
+
+
+def test_result_records_the_mean_image_size(tmp_path):
+    from mlbaseline.config import resolve
+    from mlbaseline.runners.subset import run_subset
+    from mlbaseline.workloads.synthetic import write_image_tree
+
+    write_image_tree(tmp_path / "src", 24, num_classes=2, size=20, seed=1)
+    cfg = resolve(overrides={"subset.n": 8})
+    result = run_subset(cfg, tmp_path / "src", tmp_path / "out")
+    assert result.data["image_size"] == {"mean_width": 20.0, "mean_height": 20.0}

@@ -455,6 +455,13 @@ def _record(
         "class_proportion": best.class_kl,
         "per_class": best.per_class,
     }
+    chosen = [store.entries.get(k) for k in Try.keys(best)]
+    sizes = [e.size for e in chosen if e is not None and e.size]
+    if sizes:
+        result.data["image_size"] = {
+            "mean_width": float(np.mean([w for w, _ in sizes])),
+            "mean_height": float(np.mean([h for _, h in sizes])),
+        }
     result.data["tries"] = [_try_record(t, threshold, index) for t in tries]
     corrupt = sorted({k for t in tries for k in t.excluded} | set(best.kept_corrupt))
     result.data["corrupt"] = [

@@ -214,6 +214,7 @@ class Entry:
     sha256: str
     error: str | None = None
     row: int = -1  # row in the feature matrix; -1 when the file did not decode
+    size: tuple[int, int] | None = None  # (width, height) as stored, for the report
 
     @property
     def ok(self) -> bool:
@@ -239,6 +240,7 @@ class FeatureStore:
         entry = Entry(len(data), hashlib.sha256(data).hexdigest())
         try:
             image, size = open_rgb(data, self.extractor.draft_side)
+            entry.size = (int(size[0]), int(size[1]))
             prepared = self.extractor.prepare(image, size, len(data))
         except Exception as exc:  # decoders raise many types for a damaged file; all mean corrupt
             entry.error = f"{type(exc).__name__}: {exc}".strip()[:200]
