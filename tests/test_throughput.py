@@ -381,3 +381,32 @@ def test_cli_ctrl_c_writes_interrupted_result_exit_130(tmp_path):
     back = load_result(out)
     assert back.status == "interrupted"
     assert back.data["batch_sizes"]["2"]["stop_reason"] == "interrupted"
+
+
+def test_each_part_records_its_telemetry_window(tmp_path):
+    from mlbaseline.config import resolve
+    from mlbaseline.measure.gpu import NullProbe
+    from mlbaseline.runners.throughput import run_throughput
+
+    cfg = resolve(
+        overrides={
+            "workload.model": "builtin:tiny_cnn",
+            "workload.image_size": 16,
+            "throughput.batch_sizes": [2, 4],
+            "throughput.min_time_s": 0.0,
+            "throughput.min_steps": 3,
+            "throughput.max_steps": 4,
+            "throughput.window": 2,
+            "throughput.stability_windows": 1,
+            "throughput.stability_tolerance": 10.0,
+        }
+    )
+    result = run_throughput(cfg, probe=NullProbe(), output_dir=tmp_path)
+    windows = [
+        result.data["batch_sizes"][b][part]["telemetry_window_s"]
+        for b in ("2", "4")
+        for part in ("train", "inference")
+    ]
+    flat = [t for w in windows for t in w]
+    assert flat == sorted(flat)  # parts follow one another on the sampler's clock
+    assert all(end > start for start, end in windows)

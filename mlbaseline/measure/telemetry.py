@@ -125,6 +125,10 @@ class TelemetrySampler:
 
     # ------------------------------------------------------------ one sample
 
+    def elapsed_s(self) -> float:
+        """Seconds since the sampler was created, on the clock of the rows' `t_s` column."""
+        return round((self.clock.now_ns() - self._t0) / 1e9, 6)
+
     def sample_once(self) -> dict[str, Any]:
         """Take one row, append it (and to the CSV); never raises."""
         start = self.clock.now_ns()

@@ -713,13 +713,30 @@ def _infer_local(run: _Run, batch_size: int) -> None:
         run.add_infer(ir)
 
 
-def _sweep(run: _Run, train: bool, infer: bool) -> None:
+def _sweep(run: _Run, train: bool, infer: bool, tele: TelemetrySampler | None = None) -> None:
     for batch_size in run.cfg.throughput.batch_sizes:
-        run.entry(batch_size)
+        entry = run.entry(batch_size)
         if train:
-            _train_local(run, batch_size)
+            with _telemetry_window(entry, "train", tele):
+                _train_local(run, batch_size)
         if infer:
-            _infer_local(run, batch_size)
+            with _telemetry_window(entry, "inference", tele):
+                _infer_local(run, batch_size)
+
+
+@contextlib.contextmanager
+def _telemetry_window(
+    entry: dict[str, Any], part: str, tele: TelemetrySampler | None
+) -> Iterator[None]:
+    """Record [start, end] of one part on the sampler's `t_s` clock, so the report can tell
+    this batch size's GPU kernel-active share from the rest of the timeline."""
+    start = tele.elapsed_s() if tele is not None else None
+    try:
+        yield
+    finally:
+        info = entry.get(part)
+        if tele is not None and start is not None and isinstance(info, dict):
+            info["telemetry_window_s"] = [start, tele.elapsed_s()]
 
 
 # ---------------------------------------------------------------- verdict and warnings
@@ -938,7 +955,7 @@ def _run_once(
 
                 train_distributed(run)
                 train = False
-            _sweep(run, train, infer)
+            _sweep(run, train, infer, tele)
     except MlbError:
         # bad input (a model factory that fails, say) writes nothing: not even the telemetry
         # CSV opened beside the result, which would also block the rerun without --force
