@@ -16,25 +16,15 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_common import Row  # noqa: E402  (bench/ is on sys.path only from here on)
 
-@dataclass
-class Row:
-    section: str
-    figure: str
-    value: str
-    target: str
-    met: bool | None  # None: informational
-
-    @property
-    def mark(self) -> str:
-        return {True: "met", False: "MISSED", None: "info"}[self.met]
+__all__ = ["Row", "machine", "render", "sections"]
 
 
 def machine() -> str:
