@@ -111,8 +111,15 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     ):
         if names:
             ui.print(f"only in {label} (not compared): {', '.join(names)}")
+    residuals = [s["metric"] for s in doc["skipped"] if s["code"] == cmp.SKIP_RESIDUAL]
+    if residuals:  # one line, not one per group: they are expected and carry no verdict
+        ui.print(
+            f"[dim]not judged ({len(residuals)} residuals, median near 0; see the "
+            f"attribution): {', '.join(residuals)}[/dim]"
+        )
     for s in doc["skipped"]:
-        ui.print(f"[dim]not judged: {s['metric']} — {s['reason']}[/dim]")
+        if s["code"] != cmp.SKIP_RESIDUAL:
+            ui.print(f"[dim]not judged: {s['metric']} — {s['reason']}[/dim]")
     info = doc["informational_differences"]
     if info:
         ui.print(f"[dim]informational differences: {cmp.describe_differences(info)}[/dim]")
