@@ -258,13 +258,19 @@ def test_pool_metrics_tags_every_value():
 
 
 def test_rss_meter_sees_growth():
+    import mmap
+
     meter = RssMeter()
     meter.reset()
-    block = torch.ones(32 * 1024 * 1024 // 4)  # 32 MiB, touched
+    # a fresh anonymous mapping: new pages whatever the allocator kept from earlier tests (a
+    # torch tensor here could reuse already-resident freed memory and show no growth)
+    block = mmap.mmap(-1, 32 * 1024 * 1024)
+    for offset in range(0, len(block), mmap.PAGESIZE):
+        block[offset] = 1  # touch every page so it becomes resident
     meter.update()
     assert meter.peak_bytes() >= 24 * 1024 * 1024
     assert meter.kind.startswith("cpu_rss_growth")
-    del block
+    block.close()
 
 
 # ---------------------------------------------------------------- replicates (fresh processes)
