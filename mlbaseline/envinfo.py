@@ -348,11 +348,20 @@ def _get(config: dict[str, Any], dotted: str) -> Any:
 
 def fingerprint(
     config: dict[str, Any],
-    probe: GpuProbe,
+    probe: GpuProbe | None,
     device: str = "cpu",
     subset_sha256: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The fingerprint of this machine for a run on `device` with `config`."""
+    """The fingerprint of this machine for a run on `device` with `config`. With `probe` None,
+    the default NVML probe is opened for this call and closed again."""
+    if probe is None:
+        from mlbaseline.measure.gpu import default_probe
+
+        own = default_probe()
+        try:
+            return fingerprint(config, own, device, subset_sha256)
+        finally:
+            own.close()
     import psutil
 
     sw = torch_info()

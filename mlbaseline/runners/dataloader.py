@@ -32,6 +32,7 @@ from typing import Any
 
 from mlbaseline import stats
 from mlbaseline.config import Config
+from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import DatasetError
 from mlbaseline.measure import io as iomod
 from mlbaseline.progress import NullProgress, Progress
@@ -818,17 +819,6 @@ def _pin_effect(rows: Sequence[Mapping[str, Any]], plan: Plan, knee: int | None)
     return out
 
 
-def _environment(cfg: Config, device: str) -> dict[str, Any]:
-    from mlbaseline.envinfo import fingerprint
-    from mlbaseline.measure.gpu import default_probe
-
-    probe = default_probe()
-    try:
-        return fingerprint(cfg.to_dict(), probe, device)
-    finally:
-        probe.close()
-
-
 def _cold_check(result: Result, rows: Sequence[Mapping[str, Any]]) -> None:
     """A cold pass that fetched almost nothing from storage did not evict (tmpfs, overlay or
     a network file system): say so instead of reporting warm figures as cold."""
@@ -876,7 +866,7 @@ def run_dataloader(
             tmp = Path(tempfile.mkdtemp(prefix="mlb-dataloader-"))
             progress.log(f"generating {cfg.dataloader.synthetic_images} synthetic images")
         source = _open_source(cfg, data_dir, tmp)
-        result.environment = _environment(cfg, device)
+        result.environment = fingerprint(cfg.to_dict(), None, device)
         plan = _plan(cfg, source, result, device)
         _describe_run(cfg, result, source, plan, flags)
         _sweep(cfg, source, plan, result, progress, state)

@@ -26,6 +26,7 @@ import numpy as np
 
 from mlbaseline import stats
 from mlbaseline.config import Config, LatencyConfig
+from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import ConfigError, UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.latency import (
@@ -166,7 +167,7 @@ def run_latency(
             service = build_service(cfg, body)
         description = service.describe()
         result.data["service"] = description
-        result.environment = _environment(cfg, str(description.get("device", "cpu")))
+        result.environment = fingerprint(cfg.to_dict(), None, str(description.get("device", "cpu")))
         for plan in plans:
             run = _measure(plan, service, clock or PerfClock(), lat, progress)
             _record_level(result, run, cfg)
@@ -200,17 +201,6 @@ def _initial_data(cfg: Config) -> dict[str, Any]:
         "loop_notes": LOOP_NOTES,
         "levels": {},
     }
-
-
-def _environment(cfg: Config, device: str) -> dict[str, Any]:
-    from mlbaseline.envinfo import fingerprint
-    from mlbaseline.measure.gpu import default_probe
-
-    probe = default_probe()
-    try:
-        return fingerprint(cfg.to_dict(), probe, device)
-    finally:
-        probe.close()
 
 
 def _measure(
