@@ -208,9 +208,12 @@ def test_slower_transform_moves_only_the_transform_stage(
     slow, fast = med(busy_run, "transform"), med(plain_run, "transform")
     assert slow / fast > 5
     assert slow - fast >= 0.9 * BUSY_S
+    # The delay must not leak into the other stages. Judge each by how much of the injected
+    # delay it moved, not by a ratio: read and decode take tens of µs here, and right after a
+    # busy-wait (cold caches) they can double without any of the delay landing in them.
     for stage in ("read", "decode"):
-        ratio = med(busy_run, stage) / med(plain_run, stage)
-        assert 0.5 < ratio < 2.0, (stage, ratio)
+        moved = med(busy_run, stage) - med(plain_run, stage)
+        assert abs(moved) < 0.1 * BUSY_S, (stage, moved)
 
 
 # ---------------------------------------------------------------- sweep, knee, corrupt files
