@@ -26,14 +26,14 @@ from mlbaseline.measure.clock import busy_wait
 from mlbaseline.progress import RecordingProgress
 from mlbaseline.results import Metric, Result, write_result
 from mlbaseline.runners import dataloader as dlrun
-from mlbaseline.runners.dataloader import (
+from mlbaseline.runners.dataloader import run_dataloader
+from mlbaseline.runners.dataloader_analysis import (
     cap_workers,
     data_wait_shares,
     find_knee,
     input_bound_check,
     input_bound_verdict,
     rule_of_thumb,
-    run_dataloader,
 )
 from mlbaseline.workloads.synthetic import write_image_tree
 from mlbaseline.workloads.timed_folder import (
