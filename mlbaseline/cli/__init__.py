@@ -1,30 +1,27 @@
 """Command-line layer: parse → load config → call one runner → write → exit code.
 
 Each command lives in its own module and registers itself on `app`; they are imported here in
-the order `mlb --help` lists them.
+the order `mlb --help` lists them. A missing module is an import error, never a silently
+dropped command.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
-from mlbaseline.cli.app import app
-
-COMMAND_MODULES = (
-    "run",
-    "env_check",
-    "subset",
-    "throughput",
-    "latency",
-    "dataloader",
-    "compare",
-    "report",
+# the order `mlb --help` lists the commands in; each import registers one
+# isort: off
+from mlbaseline.cli import (  # noqa: F401
+    run,
+    env_check,
+    subset,
+    throughput,
+    latency,
+    dataloader,
+    compare,
+    report,
 )
 
-for _name in COMMAND_MODULES:
-    if importlib.util.find_spec(f"mlbaseline.cli.{_name}") is not None:
-        importlib.import_module(f"mlbaseline.cli.{_name}")
+# isort: on
+from mlbaseline.cli.app import app
 
 
 def main() -> None:
