@@ -337,45 +337,15 @@ def _run(
     write_result_file: bool,
 ) -> None:
     s = cfg.subset
-    t0 = time.perf_counter()
-    index = index_tree(source, progress)
-    timings["index"] = time.perf_counter() - t0
-    result.data["index"] = index.summary()
-    _index_warnings(index, result)
-    if index.total == 0:
-        raise DatasetError(
-            f"{source}: no images found (expected class folders with "
-            ".jpg/.jpeg/.png/.bmp/.webp files)"
-        )
-    t0 = time.perf_counter()
-    quotas = plan_quotas(s.strategy, index.counts.tolist(), n, index.classes)
-    timings["plan"] = time.perf_counter() - t0
-    result.data["plan"] = _plan_rows(index, quotas, None)
+    index, quotas = _index_and_plan(cfg, source, progress, result, timings, n)
     if dry_run:
         result.verdict.checks.append(
             Check("subset.kl", "skip", threshold=s.kl_threshold, message="dry run: nothing decoded")
         )
         return
-
-    extractor = feat.make_extractor(
-        s.extractor, s.weights, cfg.golden.seed, s.feature_size, _extract_device(cfg)
-    )
-    store = feat.FeatureStore(index, extractor, _workers(cfg))
-    result.data["extractor"] = {**extractor.info, "features": len(extractor.feature_names)}
+    store = _feature_store(cfg, index, result)
     t0 = time.perf_counter()
-    ref_cls, ref_idx = reference_sample(index.counts, s.reference_max, cfg.golden.seed)
-    ref_keys = [(int(c), int(i)) for c, i in zip(ref_cls, ref_idx, strict=True)]
-    store.ensure(ref_keys, progress, "extracting reference features")
-    ref_bad = [k for k in ref_keys if not store.entries[k].ok]
-    if len(ref_bad) == len(ref_keys):
-        raise DatasetError(f"{source}: none of the {len(ref_keys)} reference images decode")
-    result.data["reference"] = {
-        "requested_max": s.reference_max,
-        "size": len(ref_keys) - len(ref_bad),
-        "whole_dataset": len(ref_keys) == index.total,
-        "corrupt": [index.relpath(*k) for k in ref_bad],
-    }
-
+    ref_keys = _reference_keys(cfg, source, index, store, progress, result)
     tries = []
     for j in range(s.retries):
         attempt = draw_validated(
@@ -397,6 +367,66 @@ def _run(
         index, manifest, Path(out_dir), s.link, s.save_tensors, result, write_result_file, progress
     )
     timings["place"] = time.perf_counter() - t0
+
+
+def _index_and_plan(
+    cfg: Config,
+    source: Path,
+    progress: Progress,
+    result: Result,
+    timings: dict[str, float],
+    n: int,
+) -> tuple[Index, list[int]]:
+    """Index the tree and plan the per-class quotas (all a dry run does)."""
+    t0 = time.perf_counter()
+    index = index_tree(source, progress)
+    timings["index"] = time.perf_counter() - t0
+    result.data["index"] = index.summary()
+    _index_warnings(index, result)
+    if index.total == 0:
+        raise DatasetError(
+            f"{source}: no images found (expected class folders with "
+            ".jpg/.jpeg/.png/.bmp/.webp files)"
+        )
+    t0 = time.perf_counter()
+    quotas = plan_quotas(cfg.subset.strategy, index.counts.tolist(), n, index.classes)
+    timings["plan"] = time.perf_counter() - t0
+    result.data["plan"] = _plan_rows(index, quotas, None)
+    return index, quotas
+
+
+def _feature_store(cfg: Config, index: Index, result: Result) -> feat.FeatureStore:
+    s = cfg.subset
+    extractor = feat.make_extractor(
+        s.extractor, s.weights, cfg.golden.seed, s.feature_size, _extract_device(cfg)
+    )
+    result.data["extractor"] = {**extractor.info, "features": len(extractor.feature_names)}
+    return feat.FeatureStore(index, extractor, _workers(cfg))
+
+
+def _reference_keys(
+    cfg: Config,
+    source: Path,
+    index: Index,
+    store: feat.FeatureStore,
+    progress: Progress,
+    result: Result,
+) -> list[tuple[int, int]]:
+    """The reference sample the subsets are judged against, its features extracted."""
+    s = cfg.subset
+    ref_cls, ref_idx = reference_sample(index.counts, s.reference_max, cfg.golden.seed)
+    ref_keys = [(int(c), int(i)) for c, i in zip(ref_cls, ref_idx, strict=True)]
+    store.ensure(ref_keys, progress, "extracting reference features")
+    ref_bad = [k for k in ref_keys if not store.entries[k].ok]
+    if len(ref_bad) == len(ref_keys):
+        raise DatasetError(f"{source}: none of the {len(ref_keys)} reference images decode")
+    result.data["reference"] = {
+        "requested_max": s.reference_max,
+        "size": len(ref_keys) - len(ref_bad),
+        "whole_dataset": len(ref_keys) == index.total,
+        "corrupt": [index.relpath(*k) for k in ref_bad],
+    }
+    return ref_keys
 
 
 def _extract_device(cfg: Config) -> str:
