@@ -165,20 +165,7 @@ def subset_facts(
     f.strategy = pick(d, "strategy", default=m.get("strategy"))
     f.seed = pick(d, "seed", default=m.get("seed"))
     f.sha256 = pick(d, "manifest_sha256")
-    kl = d.get("kl") if isinstance(d.get("kl"), Mapping) else {}
-    f.kl_mean = _float(kl.get("mean"))
-    f.kl_threshold = _float(kl.get("threshold"))
-    if f.kl_threshold is None and r is not None:
-        f.kl_threshold = _float(_config([r], "subset", "kl_threshold"))
-    f.extractor = pick(kl, "extractor", default=pick(d, "extractor.name"))
-    per_feature = kl.get("per_feature")
-    if isinstance(per_feature, Mapping):
-        f.feature_kl = {str(k): float(v) for k, v in per_feature.items() if _float(v) is not None}
-    f.constant_features = [str(c) for c in kl.get("constant_features") or []]
-    per_class = kl.get("per_class")
-    if isinstance(per_class, Mapping):
-        f.per_class_kl = {str(k): _float(v) for k, v in per_class.items()}
-    f.class_kl = _float(kl.get("class_proportion"))
+    _kl_facts(f, d, r)
     f.tries = len(d.get("tries") or [])
     f.corrupt = len(d.get("corrupt") or [])
     ref = d.get("reference")
@@ -199,6 +186,24 @@ def subset_facts(
     if m:
         _manifest_facts(f, m, folders)
     return f
+
+
+def _kl_facts(f: SubsetFacts, d: Mapping[str, Any], r: Result | None) -> None:
+    """The KL part of the subset facts: mean, threshold, extractor, per feature and class."""
+    kl = d.get("kl") if isinstance(d.get("kl"), Mapping) else {}
+    f.kl_mean = _float(kl.get("mean"))
+    f.kl_threshold = _float(kl.get("threshold"))
+    if f.kl_threshold is None and r is not None:
+        f.kl_threshold = _float(_config([r], "subset", "kl_threshold"))
+    f.extractor = pick(kl, "extractor", default=pick(d, "extractor.name"))
+    per_feature = kl.get("per_feature")
+    if isinstance(per_feature, Mapping):
+        f.feature_kl = {str(k): float(v) for k, v in per_feature.items() if _float(v) is not None}
+    f.constant_features = [str(c) for c in kl.get("constant_features") or []]
+    per_class = kl.get("per_class")
+    if isinstance(per_class, Mapping):
+        f.per_class_kl = {str(k): _float(v) for k, v in per_class.items()}
+    f.class_kl = _float(kl.get("class_proportion"))
 
 
 def _read_manifest(folder: Path) -> Mapping[str, Any]:
