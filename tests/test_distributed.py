@@ -10,9 +10,10 @@ from torch import nn
 from mlbaseline.config import resolve
 from mlbaseline.measure.gpu import NullProbe
 from mlbaseline.measure.loop import Decision
+from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES
 from mlbaseline.progress import RecordingProgress
 from mlbaseline.runners.distributed import AllReduceParallel, FlatAllReduce
-from mlbaseline.runners.throughput import DIST_STAGES, TRAIN_STAGES, run_throughput
+from mlbaseline.runners.throughput import run_throughput
 
 SMALL = {
     "workload.model": "builtin:tiny_cnn",

@@ -18,9 +18,11 @@ from mlbaseline.cli import app
 from mlbaseline.config import resolve
 from mlbaseline.measure.gpu import NullProbe
 from mlbaseline.measure.memory import RssMeter
+from mlbaseline.measure.pooling import pool_metrics
+from mlbaseline.measure.step import TRAIN_STAGES, is_oom
 from mlbaseline.progress import RecordingProgress
 from mlbaseline.results import Metric, load_result
-from mlbaseline.runners.throughput import TRAIN_STAGES, is_oom, pool_metrics, run_throughput
+from mlbaseline.runners.throughput import run_throughput
 
 DELAY = 0.03  # injected cost per step, seconds
 

@@ -38,17 +38,10 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from mlbaseline.config import Config, build
 from mlbaseline.envinfo import usable_cpus
 from mlbaseline.measure.loop import STOP_REASONS, Decision
+from mlbaseline.measure.pooling import group_summary, pool_metrics
+from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, is_oom, short_error
 from mlbaseline.results import Metric, atomic_write_text
-from mlbaseline.runners.throughput import (
-    DIST_STAGES,
-    TRAIN_STAGES,
-    _Run,
-    group_summary,
-    is_oom,
-    pool_metrics,
-    short_error,
-    train_one_size,
-)
+from mlbaseline.runners.sweep import SweepState, train_one_size
 from mlbaseline.workloads.factory import build_dataset
 
 SYNC_MODES = {"allreduce": ("allreduce",), "ddp": ("ddp",), "both": ("allreduce", "ddp")}
@@ -173,9 +166,29 @@ def _worker(cfg_doc: dict[str, Any], device_kind: str, sizes: list[int], out_dir
     """One rank: measure every (batch size, sync mode), writing its raw values after each."""
     import torch.distributed as dist
 
+    cfg: Config = build(Config, cfg_doc)
+    payload, backend = _rank_setup(cfg, device_kind)
+    # Ctrl-C (from the terminal or the agent) sets a flag; rank 0 turns it into a stop decision
+    flag = {"interrupted": False}
+    signal.signal(signal.SIGINT, lambda *_: flag.__setitem__("interrupted", True))
+    timeout = timedelta(seconds=max(300.0, 4 * cfg.throughput.max_time_s))
+    dist.init_process_group(backend, timeout=timeout)
+    try:
+        _measure_sizes(cfg, sizes, Path(out_dir), payload, lambda: flag["interrupted"])
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    if flag["interrupted"]:
+        # The agent is shutting down and will not collect a return value (the worker would
+        # wait for it until killed); the raw values are saved, so leave now.
+        os._exit(130)
+    return payload
+
+
+def _rank_setup(cfg: Config, device_kind: str) -> tuple[dict[str, Any], str]:
+    """This rank's device and thread share; (its payload, the process-group backend)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
-    cfg: Config = build(Config, cfg_doc)
     if device_kind == "cuda":
         torch.cuda.set_device(local)
         device, backend = f"cuda:{local}", "nccl"
@@ -184,7 +197,6 @@ def _worker(cfg_doc: dict[str, Any], device_kind: str, sizes: list[int], out_dir
     # N processes share the CPUs: one thread share each unless the config says otherwise
     threads = cfg.workload.threads or max(1, usable_cpus() // world)
     torch.set_num_threads(threads)
-    out = Path(out_dir)
     payload: dict[str, Any] = {
         "rank": rank,
         "world_size": world,
@@ -194,49 +206,40 @@ def _worker(cfg_doc: dict[str, Any], device_kind: str, sizes: list[int], out_dir
         "threads": threads,
         "runs": [],
     }
-    # Ctrl-C (from the terminal or the agent) sets a flag; rank 0 turns it into a stop decision
-    flag = {"interrupted": False}
-    signal.signal(signal.SIGINT, lambda *_: flag.__setitem__("interrupted", True))
-    timeout = timedelta(seconds=max(300.0, 4 * cfg.throughput.max_time_s))
-    dist.init_process_group(backend, timeout=timeout)
-    try:
-        spec = build_dataset(cfg)
-        for batch_size in sizes:
-            if _any_rank(flag["interrupted"], device):
-                break
-            for mode in SYNC_MODES[cfg.throughput.sync_mode]:
-                par = PARALLEL[mode](
-                    rank, world, device, cfg.golden.seed, lambda: flag["interrupted"]
+    return payload, backend
+
+
+def _measure_sizes(
+    cfg: Config,
+    sizes: list[int],
+    out: Path,
+    payload: dict[str, Any],
+    interrupted: Callable[[], bool],
+) -> None:
+    """Every (batch size, sync mode) in turn, until done, a failure or Ctrl-C."""
+    rank, world, device = payload["rank"], payload["world_size"], payload["device"]
+    spec = build_dataset(cfg)
+    for batch_size in sizes:
+        if _any_rank(interrupted(), device):
+            return
+        for mode in SYNC_MODES[cfg.throughput.sync_mode]:
+            par = PARALLEL[mode](rank, world, device, cfg.golden.seed, interrupted)
+            on_step = _progress_writer(out / "progress.json", batch_size, mode)
+            record: dict[str, Any] = {"batch_size": batch_size, "mode": mode}
+            try:
+                run = train_one_size(
+                    cfg, spec, batch_size, device, par, on_step=on_step if rank == 0 else None
                 )
-                on_step = _progress_writer(out / "progress.json", batch_size, mode)
-                record: dict[str, Any] = {"batch_size": batch_size, "mode": mode}
-                try:
-                    run = train_one_size(
-                        cfg, spec, batch_size, device, par, on_step=on_step if rank == 0 else None
-                    )
-                except Exception as exc:
-                    record.update(status="oom" if is_oom(exc) else "error", error=short_error(exc))
-                    payload["runs"].append(record)
-                    _save(out, payload)
-                    raise  # the agent stops the other ranks; the parent relaunches after this size
-                record.update(
-                    status="ok", metrics=[asdict(m) for m in run.metrics()], info=run.info()
-                )
+            except Exception as exc:
+                record.update(status="oom" if is_oom(exc) else "error", error=short_error(exc))
                 payload["runs"].append(record)
                 _save(out, payload)
-                if run.loop.stop_reason == "interrupted":
-                    break
-            else:
-                continue
-            break
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-    if flag["interrupted"]:
-        # The agent is shutting down and will not collect a return value (the worker would
-        # wait for it until killed); the raw values are saved, so leave now.
-        os._exit(130)
-    return payload
+                raise  # the agent stops the other ranks; the parent relaunches after this size
+            record.update(status="ok", metrics=[asdict(m) for m in run.metrics()], info=run.info())
+            payload["runs"].append(record)
+            _save(out, payload)
+            if run.loop.stop_reason == "interrupted":
+                return
 
 
 def _any_rank(flag: bool, device: str) -> bool:
@@ -342,7 +345,7 @@ def _read_payloads(out: Path, world: int) -> list[dict[str, Any]]:
     return payloads
 
 
-def train_distributed(run: _Run) -> None:
+def train_distributed(run: SweepState) -> None:
     """Measure every batch size with `nproc` processes; pool the ranks into `run.result`.
     Raises KeyboardInterrupt after recording what was measured if Ctrl-C stopped it."""
     import tempfile
@@ -402,7 +405,7 @@ def _was_interrupted(payloads: list[dict[str, Any]]) -> bool:
     )
 
 
-def _pool(run: _Run, payloads: list[dict[str, Any]], world: int) -> set[int]:
+def _pool(run: SweepState, payloads: list[dict[str, Any]], world: int) -> set[int]:
     """Pool each (batch size, mode) over ranks; returns the batch sizes fully measured."""
     if not payloads:
         return set()

@@ -157,13 +157,10 @@ def run_baseline(
 
 
 def _run_phases(run: _Run, phases: list[str], ignore_env: bool, outcome: RunOutcome) -> None:
-    from mlbaseline.measure.telemetry import TelemetrySampler
+    from mlbaseline.runners.throughput import make_sampler
 
-    cfg = run.cfg
     total = len(phases)
-    sampler = TelemetrySampler(
-        run.probe, cfg.golden.telemetry_interval_s, csv_path=run.out_dir / TELEMETRY
-    )
+    sampler = make_sampler(run.probe, run.cfg, csv_path=run.out_dir / TELEMETRY)
     run.baseline.artifacts["telemetry"] = TELEMETRY
     with sampler:
         for i, phase in enumerate(phases, 1):

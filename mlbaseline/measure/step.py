@@ -1,0 +1,316 @@
+"""The training-step core: one timed training step split into stages, the batches it draws,
+the device moves, and the raw outcome of a run of steps (`TrainRun`) as metrics.
+
+Per training step (one `TrainStep` call): data wait (blocked in the loader iterator's `next`),
+host→device copy, forward, loss, backward, gradient sync (multi-process only), optimizer step
+(`optimizer.step()` + `optimizer.zero_grad()`), and the step's own total; residual = total − sum
+of stages, per step. How a process relates to others is a `Parallel`: `SingleProcess` here, the
+multi-process ones in `runners.distributed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from mlbaseline.measure.loop import Decision, LoopResult
+from mlbaseline.measure.timers import StageTimer, StepTimes
+from mlbaseline.results import Metric
+
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
+DIST_STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "grad_sync", "optimizer")
+
+# ---------------------------------------------------------------- helpers
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Out of memory, in any of the forms torch and Python raise it."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def to_device(obj: Any, device: str, dtype: torch.dtype, non_blocking: bool = False) -> Any:
+    """Tensors (nested in tuples, lists, dicts) to `device`; floating ones also to `dtype`."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            return obj.to(device=device, dtype=dtype, non_blocking=non_blocking)
+        return obj.to(device=device, non_blocking=non_blocking)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(o, device, dtype, non_blocking) for o in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device, dtype, non_blocking) for k, v in obj.items()}
+    return obj
+
+
+def split_batch(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    raise ValueError("the dataset must yield (input, target) pairs")
+
+
+def batch_len(target: Any) -> int:
+    if isinstance(target, torch.Tensor) and target.dim() > 0:
+        return int(target.shape[0])
+    return len(target)
+
+
+def short_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+
+
+class Batches:
+    """An endless iterator over a DataLoader: a new epoch starts when one runs out (its cost
+    lands in data wait, where it belongs)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.epochs = 0
+        self._it = iter(loader)
+
+    def __iter__(self) -> Batches:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.epochs += 1
+            sampler = getattr(self.loader, "sampler", None)
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(self.epochs)
+            self._it = iter(self.loader)
+            return next(self._it)
+
+    def close(self) -> None:
+        self._it = None
+        self.loader = None
+
+
+# ---------------------------------------------------------------- parallelism
+
+
+class GradSync(Protocol):
+    nbytes: int
+
+    def __call__(self) -> None: ...
+
+
+class Parallel(Protocol):
+    """How a training process relates to others. One implementation per mode, chosen once:
+    `SingleProcess` here, explicit all-reduce and DDP-overlapped in `runners.distributed`."""
+
+    rank: int | None
+    world_size: int
+    suffix: str  # metric group suffix after train.bs{B}
+    stages: tuple[str, ...]
+
+    def wrap(self, model: nn.Module, device: str) -> nn.Module: ...
+
+    def sampler(self, dataset: Any) -> Any: ...
+
+    def grad_sync(self, model: nn.Module) -> GradSync | None: ...
+
+    def no_sync(self, model: nn.Module) -> Any: ...
+
+    def agree(self, decision: Decision) -> Decision: ...
+
+
+class SingleProcess:
+    rank: int | None = None
+    world_size = 1
+    suffix = ""
+    stages = TRAIN_STAGES
+
+    def wrap(self, model: nn.Module, device: str) -> nn.Module:
+        return model
+
+    def sampler(self, dataset: Any) -> Any:
+        return None
+
+    def grad_sync(self, model: nn.Module) -> GradSync | None:
+        return None
+
+    def no_sync(self, model: nn.Module) -> Any:
+        return contextlib.nullcontext()
+
+    def agree(self, decision: Decision) -> Decision:
+        return decision
+
+
+# ---------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    times: StepTimes
+    samples: int
+
+
+class TrainStep:
+    """One timed training step; every stage in its own timer block."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batches: Iterator[Any],
+        device: str,
+        dtype: torch.dtype,
+        timer: StageTimer,
+        sync: GradSync | None = None,
+        no_sync: Callable[[], Any] = contextlib.nullcontext,
+    ) -> None:
+        self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
+        self.batches, self.device, self.dtype, self.timer = batches, device, dtype, timer
+        self.sync, self.no_sync = sync, no_sync
+        self.non_blocking = device.startswith("cuda")
+
+    def __call__(self) -> StepRecord:
+        t = self.timer
+        t.begin_step()
+        with t.stage("data_wait"):
+            batch = next(self.batches)
+        with t.stage("h2d"):
+            x, y = split_batch(to_device(batch, self.device, self.dtype, self.non_blocking))
+        with self.no_sync():
+            with t.stage("forward"):
+                out = self.model(x)
+            with t.stage("loss"):
+                loss = self.loss_fn(out, y)
+            with t.stage("backward"):
+                loss.backward()
+        if self.sync is not None:
+            with t.stage("grad_sync"):
+                self.sync()
+        with t.stage("optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+        return StepRecord(t.end_step(), batch_len(y))
+
+
+@dataclass
+class TrainRun:
+    """The raw outcome of training at one batch size in one process."""
+
+    batch_size: int
+    prefix: str
+    stages: tuple[str, ...]
+    loop: LoopResult[StepRecord]
+    memory_bytes: int
+    memory_kind: str
+    world_size: int = 1
+    rank: int | None = None
+    grad_bytes: int | None = None
+    epochs: int = 0
+
+    def _metric(
+        self, name: str, unit: str, hib: bool, fn: Callable[[StepRecord], float], **meta: Any
+    ) -> Metric:
+        warm, meas = self.loop.warmup_records, self.loop.measured
+        p = self.prefix
+        ranks = [self.rank] * len(meas) if self.rank is not None else None
+        return Metric(
+            f"{p}.{name}",
+            unit,
+            hib,
+            [fn(r) for r in meas],
+            [fn(r) for r in warm],
+            rank=list(ranks) if ranks is not None else None,
+            meta={"group": p, **meta},
+        )
+
+    def metrics(self) -> list[Metric]:
+        metric = self._metric
+
+        def stage(s: str) -> Callable[[StepRecord], float]:
+            return lambda r: r.times.stages.get(s, 0.0)
+
+        def residual(r: StepRecord) -> float:
+            return r.times.total_s - sum(r.times.stages.get(s, 0.0) for s in self.stages)
+
+        n = self.world_size
+        out = [
+            metric(
+                "step",
+                "s",
+                False,
+                lambda r: r.times.total_s,
+                role="total",
+                stages=list(self.stages),
+            )
+        ]
+        out += [metric(s, "s", False, stage(s), role="stage", stage=s) for s in self.stages]
+        out.append(metric("residual", "s", False, residual, role="residual"))
+        out.append(
+            metric(
+                "samples_per_s",
+                "items/s",
+                True,
+                lambda r: r.samples * n / max(r.times.total_s, 1e-9),
+                role="rate",
+                per="all processes" if n > 1 else "process",
+            )
+        )
+        if self.grad_bytes and n > 1 and "grad_sync" in self.stages:
+            out.append(self._busbw())
+        return out
+
+    def _busbw(self) -> Metric:
+        n = self.world_size
+        factor = 2 * (n - 1) / n  # ring all-reduce: each byte crosses the bus 2(n−1)/n times
+        nbytes = self.grad_bytes or 0
+        return self._metric(
+            "allreduce_busbw",
+            "B/s",
+            True,
+            lambda r: nbytes / max(r.times.stages["grad_sync"], 1e-12) * factor,
+            role="other",
+            bytes=nbytes,
+            factor="2(n-1)/n",
+            note="gradient bytes / grad_sync time × 2(n−1)/n; grad_sync includes the "
+            "flatten and copy-back of the gradients",
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {
+            **self.loop.to_dict(),
+            "peak_memory_bytes": self.memory_bytes,
+            "memory_kind": self.memory_kind,
+            "epochs": self.epochs,
+            "world_size": self.world_size,
+            "grad_bytes": self.grad_bytes,
+        }
+
+
+__all__ = [
+    "DIST_STAGES",
+    "TRAIN_STAGES",
+    "Batches",
+    "GradSync",
+    "Parallel",
+    "SingleProcess",
+    "StepRecord",
+    "TrainRun",
+    "TrainStep",
+    "batch_len",
+    "free_memory",
+    "is_oom",
+    "short_error",
+    "split_batch",
+    "to_device",
+]

@@ -1,0 +1,344 @@
+"""One batch size, measured in one process: the workload built fresh (`train_one_size`,
+`infer_one_size`), and the state one throughput sweep accumulates (`SweepState`), shared by the
+local sweep (`runners.throughput`) and the multi-process one (`runners.distributed`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from mlbaseline.config import Config
+from mlbaseline.measure.clock import Clock
+from mlbaseline.measure.determinism import set_determinism
+from mlbaseline.measure.loop import StopRule, run_steps
+from mlbaseline.measure.memory import make_memory_meter
+from mlbaseline.measure.pooling import group_summary
+from mlbaseline.measure.step import (
+    Batches,
+    Parallel,
+    SingleProcess,
+    StepRecord,
+    TrainRun,
+    TrainStep,
+    free_memory,
+    is_oom,
+    short_error,
+    split_batch,
+    to_device,
+)
+from mlbaseline.measure.timers import make_timer
+from mlbaseline.progress import Progress
+from mlbaseline.results import Metric, Result
+from mlbaseline.workloads.factory import (
+    DataSpec,
+    build_loss,
+    build_model,
+    build_optimizer,
+    model_dtype,
+)
+
+
+def make_loader(
+    spec: DataSpec, cfg: Config, batch_size: int, device: str, sampler: Any = None
+) -> Any:
+    from torch.utils.data import DataLoader
+
+    workers = cfg.throughput.num_workers
+    generator = torch.Generator().manual_seed(cfg.golden.seed)
+    loader = DataLoader(
+        spec.dataset,
+        batch_size=batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=spec.collate_fn,
+        pin_memory=device.startswith("cuda"),
+        drop_last=True,
+        generator=generator,
+        persistent_workers=workers > 0,
+    )
+    if len(loader) == 0:
+        raise ValueError(
+            f"the dataset has {len(spec.dataset)} samples per process: fewer than one batch "
+            f"of {batch_size}"
+        )
+    return loader
+
+
+def materialize(model: nn.Module, spec: DataSpec, device: str, dtype: torch.dtype) -> None:
+    """Lazy modules (nn.LazyLinear) get their shapes from one tiny batch, before the optimizer
+    or DDP need real parameters."""
+    from torch.nn.parameter import is_lazy
+    from torch.utils.data import default_collate
+
+    if not any(is_lazy(p) for p in model.parameters()):
+        return
+    collate = spec.collate_fn or default_collate
+    x, _ = split_batch(collate([spec.dataset[i] for i in range(min(2, len(spec.dataset)))]))
+    with torch.no_grad():
+        model(to_device(x, device, dtype))
+
+
+def train_one_size(
+    cfg: Config,
+    spec: DataSpec,
+    batch_size: int,
+    device: str,
+    parallel: Parallel | None = None,
+    clock: Clock | None = None,
+    on_step: Callable[[int, bool], None] | None = None,
+) -> TrainRun:
+    """Build the workload fresh (same seeds for every size), then run the measurement loop."""
+    par = parallel or SingleProcess()
+    step, batches = _build_step(cfg, spec, batch_size, device, par, clock)
+    meter = make_memory_meter(device)
+
+    def measured_step() -> StepRecord:
+        record = step()
+        meter.update()
+        return record
+
+    step.model.train()
+    meter.reset()
+    try:
+        loop = run_steps(
+            measured_step,
+            StopRule.from_config(cfg.throughput),
+            value=lambda r: r.times.total_s,
+            clock=clock,
+            on_step=on_step,
+            agree=par.agree,
+        )
+        peak = meter.peak_bytes()
+        epochs = batches.epochs
+    finally:
+        # drop every reference to the loader's iterator: its workers stop now, not at some
+        # later garbage collection while the next batch size is being measured
+        batches.close()
+        step.batches = batches = None  # type: ignore[assignment]
+    return TrainRun(
+        batch_size=batch_size,
+        prefix=f"train.bs{batch_size}{par.suffix}",
+        stages=par.stages,
+        loop=loop,
+        memory_bytes=peak,
+        memory_kind=meter.kind,
+        world_size=par.world_size,
+        rank=par.rank,
+        grad_bytes=step.sync.nbytes if step.sync is not None else None,
+        epochs=epochs,
+    )
+
+
+def _build_step(
+    cfg: Config,
+    spec: DataSpec,
+    batch_size: int,
+    device: str,
+    par: Parallel,
+    clock: Clock | None,
+) -> tuple[TrainStep, Batches]:
+    """Model, loss, optimizer and loader built fresh under the configured seeds."""
+    w = cfg.workload
+    set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
+    dtype = model_dtype(w)
+    model = build_model(w).to(device=device, dtype=dtype)
+    loss_fn = build_loss(w).to(device)
+    materialize(model, spec, device, dtype)
+    model = par.wrap(model, device)
+    optimizer = build_optimizer(w, model)
+    batches = Batches(make_loader(spec, cfg, batch_size, device, par.sampler(spec.dataset)))
+    step = TrainStep(
+        model,
+        loss_fn,
+        optimizer,
+        batches,
+        device,
+        dtype,
+        make_timer(device, clock),
+        sync=par.grad_sync(model),
+        no_sync=functools.partial(par.no_sync, model),
+    )
+    return step, batches
+
+
+# ---------------------------------------------------------------- inference
+
+
+@dataclass
+class InferRun:
+    batch_size: int
+    warmup: list[float]
+    per_run: list[float]
+    number_per_run: int
+    memory_bytes: int
+    memory_kind: str
+
+    @property
+    def prefix(self) -> str:
+        return f"infer.bs{self.batch_size}"
+
+    def metrics(self) -> list[Metric]:
+        p, b = self.prefix, self.batch_size
+        meta = {"group": p, "number_per_run": self.number_per_run}
+        return [
+            Metric(
+                f"{p}.batch",
+                "s",
+                False,
+                self.per_run,
+                self.warmup,
+                meta={**meta, "role": "total", "stages": []},
+            ),
+            Metric(
+                f"{p}.samples_per_s",
+                "items/s",
+                True,
+                [b / t for t in self.per_run],
+                [b / t for t in self.warmup],
+                meta={**meta, "role": "rate"},
+            ),
+        ]
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "stop_reason": "blocked_autorange",
+            "blocks": len(self.per_run),
+            "number_per_run": self.number_per_run,
+            "warmup_runs": len(self.warmup),
+            "peak_memory_bytes": self.memory_bytes,
+            "memory_kind": self.memory_kind,
+        }
+
+
+def _quiet_cpp_extension_log() -> None:
+    # torch.utils.benchmark imports cpp_extension, which logs "No CUDA runtime is found" on
+    # every CPU-only machine; that line is noise on stderr, not a finding.
+    import logging
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+
+def infer_one_size(
+    cfg: Config,
+    spec: DataSpec,
+    batch_size: int,
+    device: str,
+    clock: Clock | None = None,
+    callback: Callable[[int, float], None] | None = None,
+) -> InferRun:
+    """Forward only, under inference_mode, on one fixed batch already on the device."""
+    _quiet_cpp_extension_log()
+    from torch.utils import benchmark
+    from torch.utils.data import DataLoader
+
+    w = cfg.workload
+    set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
+    dtype = model_dtype(w)
+    model = build_model(w).to(device=device, dtype=dtype)
+    materialize(model, spec, device, dtype)
+    model.eval()
+    if len(spec.dataset) < batch_size:
+        raise ValueError(f"the dataset has {len(spec.dataset)} samples: fewer than one batch")
+    loader = DataLoader(spec.dataset, batch_size=batch_size, collate_fn=spec.collate_fn)
+    x, _ = split_batch(next(iter(loader)))
+    del loader
+    x = to_device(x, device, dtype)
+    meter = make_memory_meter(device)
+    timer = make_timer(device, clock)
+    meter.reset()
+    try:
+        with torch.inference_mode():
+            warm = []
+            for _ in range(max(cfg.throughput.warmup_min, 1)):
+                timer.begin_step()
+                with timer.stage("forward"):
+                    model(x)
+                warm.append(timer.end_step().total_s)
+            t = benchmark.Timer(
+                stmt="model(x)",
+                globals={"model": model, "x": x},
+                num_threads=torch.get_num_threads(),  # Timer defaults to 1 thread
+                label="mlb inference",
+                description=f"bs{batch_size}",
+            )
+            m = t.blocked_autorange(
+                callback=callback, min_run_time=max(cfg.throughput.min_time_s, 0.05)
+            )
+        meter.update()
+        peak = meter.peak_bytes()
+    finally:
+        del model, x
+        free_memory()
+    per_run = [rt / m.number_per_run for rt in m.raw_times]
+    return InferRun(batch_size, warm, per_run, m.number_per_run, peak, meter.kind)
+
+
+@dataclass
+class SweepState:
+    """Everything one `run_throughput` call accumulates (local and multi-process alike)."""
+
+    cfg: Config
+    device: str
+    result: Result
+    spec: DataSpec
+    progress: Progress
+    clock: Clock
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def entry(self, batch_size: int) -> dict[str, Any]:
+        key = str(batch_size)
+        if key not in self.entries:
+            self.entries[key] = {"batch_size": batch_size, "status": "ok"}
+            self.result.data["batch_sizes"][key] = self.entries[key]
+        return self.entries[key]
+
+    def failed(self, batch_size: int, part: str, exc: BaseException) -> None:
+        oom = is_oom(exc)
+        status = "oom" if oom else "error"
+        msg = short_error(exc)
+        entry = self.entry(batch_size)
+        entry[part] = {"status": status, "error": msg}
+        if entry["status"] == "ok":
+            entry["status"] = status
+        entry.setdefault("stop_reason", status)
+        what = "out of memory" if oom else "failed"
+        self.result.warn(
+            "oom" if oom else "batch_size_failed",
+            f"batch size {batch_size} ({part}): {what} — {msg}; recorded, the sweep goes on",
+            batch_size=batch_size,
+            part=part,
+        )
+
+    def add_train(self, run: TrainRun) -> None:
+        for m in run.metrics():
+            self.result.add_metric(m)
+        entry = self.entry(run.batch_size)
+        key = "train" if not run.prefix.endswith(".ddp") else "train_ddp"
+        entry[key] = {**group_summary(self.result.measurements, run.prefix), **run.info()}
+        if key == "train" or "stop_reason" not in entry:
+            entry["stop_reason"] = run.loop.stop_reason
+        if run.loop.stop_reason == "interrupted":
+            entry["status"] = "interrupted"
+
+    def add_infer(self, run: InferRun) -> None:
+        for m in run.metrics():
+            self.result.add_metric(m)
+        entry = self.entry(run.batch_size)
+        entry["inference"] = {**group_summary(self.result.measurements, run.prefix), **run.info()}
+        entry.setdefault("stop_reason", "blocked_autorange")
+
+
+__all__ = [
+    "InferRun",
+    "SweepState",
+    "infer_one_size",
+    "make_loader",
+    "materialize",
+    "train_one_size",
+]
