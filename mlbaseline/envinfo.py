@@ -362,8 +362,6 @@ def fingerprint(
             return fingerprint(config, own, device, subset_sha256)
         finally:
             own.close()
-    import psutil
-
     sw = torch_info()
     gpus = []
     try:
@@ -385,6 +383,14 @@ def fingerprint(
     }
     for key in BLOCKING_CONFIG_KEYS:
         blocking[key] = _get(config, key)
+    informational = _informational(sw, driver, gpus)
+    return {"blocking": blocking, "informational": informational}
+
+
+def _informational(sw: dict[str, Any], driver: str | None, gpus: list[Any]) -> dict[str, Any]:
+    """The fingerprint's informational half: recorded, never blocking a comparison."""
+    import psutil
+
     vm = psutil.virtual_memory()
     informational: dict[str, Any] = {
         **{k: v for k, v in sw.items() if k not in ("torch",)},
@@ -406,4 +412,4 @@ def fingerprint(
         ],
         "env": {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ},
     }
-    return {"blocking": blocking, "informational": informational}
+    return informational

@@ -315,6 +315,52 @@ class _Dispatcher:
             return index, self.t0 + int(self.offsets[index]), None
 
 
+def _wait_until(
+    clock: Clock, stop: threading.Event, wait_for: Callable[[float], Any], target: int
+) -> bool:
+    """Wait until `target` on the clock; False when `stop` was set first."""
+    while not stop.is_set():
+        remaining = target - clock.now_ns()
+        if remaining <= 0:
+            return True
+        wait_for(remaining / NS)
+    return False
+
+
+def _drive(
+    concurrency: int,
+    client_loop: Callable[[int], None],
+    records: list[RequestRecord],
+    stop: threading.Event,
+    on_progress: Callable[[int], None] | None,
+    poll_s: float,
+) -> tuple[bool, str | None]:
+    """Run `concurrency` client threads to the end, reporting progress from this thread;
+    returns (interrupted, the first client's fault or None)."""
+    interrupted = False
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="mlb-latency") as pool:
+        futures = [pool.submit(client_loop, cid) for cid in range(concurrency)]
+        try:
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=poll_s, return_when=FIRST_EXCEPTION)
+                if on_progress is not None:
+                    on_progress(len(records))
+                if any(f.done() and f.exception() is not None for f in futures):
+                    stop.set()
+        except KeyboardInterrupt:
+            stop.set()
+            interrupted = True
+    error = None
+    for future in futures:
+        exc = future.exception()
+        if isinstance(exc, KeyboardInterrupt):
+            interrupted = True
+        elif exc is not None and error is None:
+            error = f"{type(exc).__name__}: {exc}"
+    return interrupted, error
+
+
 def run_requests(
     plan: LevelPlan,
     service: Service,
@@ -340,14 +386,6 @@ def run_requests(
     ends = [t0]
     dispatcher = _Dispatcher(plan, clock, t0, stop)
 
-    def wait_until(target: int) -> bool:
-        while not stop.is_set():
-            remaining = target - clock.now_ns()
-            if remaining <= 0:
-                return True
-            wait_for(remaining / NS)
-        return False
-
     def client_loop(cid: int) -> None:
         try:
             client = service.client(cid)
@@ -359,7 +397,7 @@ def run_requests(
             while (job := dispatcher.take(ready)) is not None:
                 index, scheduled, start = job
                 if start is None:
-                    if not wait_until(scheduled):
+                    if not _wait_until(clock, stop, wait_for, scheduled):
                         return
                     start = clock.now_ns()
                 record, ready = _serve(client, cid, index, scheduled, start, t0, clock)
@@ -372,27 +410,7 @@ def run_requests(
         finally:
             client.close()
 
-    interrupted = False
-    with ThreadPoolExecutor(plan.concurrency, thread_name_prefix="mlb-latency") as pool:
-        futures = [pool.submit(client_loop, cid) for cid in range(plan.concurrency)]
-        try:
-            pending = set(futures)
-            while pending:
-                _, pending = wait(pending, timeout=poll_s, return_when=FIRST_EXCEPTION)
-                if on_progress is not None:
-                    on_progress(len(records))
-                if any(f.done() and f.exception() is not None for f in futures):
-                    stop.set()
-        except KeyboardInterrupt:
-            stop.set()
-            interrupted = True
-    error = None
-    for future in futures:
-        exc = future.exception()
-        if isinstance(exc, KeyboardInterrupt):
-            interrupted = True
-        elif exc is not None and error is None:
-            error = f"{type(exc).__name__}: {exc}"
+    interrupted, error = _drive(plan.concurrency, client_loop, records, stop, on_progress, poll_s)
     records.sort(key=lambda r: r.index)
     if on_progress is not None:
         on_progress(len(records))

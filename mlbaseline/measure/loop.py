@@ -150,6 +150,22 @@ class _Decider:
         return None
 
 
+def _decide(
+    decider: _Decider, held: Decision, values: list[float], starts: list[int], now: int, t0: int
+) -> Decision:
+    """This step's decision: the warm-up held so far (`held`), or the decider's verdict on it;
+    then, once warm, whether to stop."""
+    elapsed = (now - t0) / 1e9
+    decision = held
+    if held.warmup is None:
+        decision = decider.warmup(values, elapsed)
+    if decision.warmup is not None and decision.stop is None:
+        measured_s = (now - starts[decision.warmup]) / 1e9 if decision.warmup < len(values) else 0
+        stop = decider.stop(values[decision.warmup :], measured_s, elapsed)
+        decision = Decision(decision.warmup, decision.warmup_capped, stop)
+    return decision
+
+
 def run_steps(
     step: Callable[[], T],
     rule: StopRule,
@@ -182,16 +198,7 @@ def run_steps(
         records.append(record)
         values.append(float(value(record)))
         now = clk.now_ns()
-        elapsed = (now - t0) / 1e9
-        decision = Decision(warmup=warmup, warmup_capped=capped)
-        if warmup is None:
-            decision = decider.warmup(values, elapsed)
-        if decision.warmup is not None and decision.stop is None:
-            measured_s = (
-                (now - starts[decision.warmup]) / 1e9 if decision.warmup < len(values) else 0
-            )
-            stop = decider.stop(values[decision.warmup :], measured_s, elapsed)
-            decision = Decision(decision.warmup, decision.warmup_capped, stop)
+        decision = _decide(decider, Decision(warmup, capped), values, starts, now, t0)
         if agree is not None:
             decision = agree(decision)
         if decision.warmup is not None and warmup is None:
