@@ -467,7 +467,7 @@ def test_ctrl_c_saves_the_partial_result_marked_interrupted(tmp_path):
 
 
 def test_model_service_stages_on_a_tiny_text_model():
-    from mlbaseline.measure.latency_services import build_model_service
+    from mlbaseline.workloads.service import build_model_service
 
     cfg = config.resolve(
         None,

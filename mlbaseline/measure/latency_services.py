@@ -126,40 +126,6 @@ class ModelService:
         pass
 
 
-def build_model_service(cfg: Any) -> ModelService:
-    """The configured workload (`build_model` on `workload.device`, eval mode) with a random
-    input of the configured shape: vision 3×image_size×image_size, text a token sequence of
-    the synthetic data's median length (both at `latency.batch_size`)."""
-    import torch
-
-    from mlbaseline.measure.determinism import resolve_device
-    from mlbaseline.workloads.factory import build_model, model_dtype
-
-    w = cfg.workload
-    device = resolve_device(w.device)
-    if w.threads:
-        torch.set_num_threads(w.threads)
-    dtype = model_dtype(w)
-    model = build_model(w).to(device=device, dtype=dtype).eval()
-    batch = cfg.latency.batch_size
-    if w.task == "text":
-        length = min(w.max_length, max(w.min_length, w.max_length // 4))
-        shape: tuple[int, ...] = (batch, length)
-
-        def make_input(g: Any) -> Any:
-            return torch.randint(1, w.vocab_size, shape, generator=g)  # 0 is padding
-    else:
-        shape = (batch, 3, w.image_size, w.image_size)
-
-        def make_input(g: Any) -> Any:
-            return torch.rand(shape, generator=g).to(dtype)
-
-    info = {"model": w.model, "task": w.task, "input_shape": list(shape), "dtype": w.dtype}
-    service = ModelService(model, make_input, device, cfg.golden.seed, info=info)
-    service.prime()
-    return service
-
-
 # ---------------------------------------------------------------- HTTP endpoint service
 
 

@@ -127,11 +127,12 @@ def read_body(lat: LatencyConfig) -> bytes | None:
 def build_service(cfg: Config, body: bytes | None) -> Service:
     """The HTTP endpoint when `latency.url` is set, else the configured model."""
     from mlbaseline.measure import latency_services as ls
+    from mlbaseline.workloads.service import build_model_service
 
     lat = cfg.latency
     if lat.url is not None:
         return ls.HttpService(lat.url, lat.method, body, lat.content_type, lat.timeout_s)
-    return ls.build_model_service(cfg)
+    return build_model_service(cfg)
 
 
 # ---------------------------------------------------------------- the runner
