@@ -286,31 +286,21 @@ def _metrics(
     """The metric group of one level: total, the four stages and the residual, aligned per
     request; the trimmed head and tail (successful ones, in send order) go in `warmup`."""
     base = {"group": prefix, "unit_note": "seconds per request", "trim": trim}
-    yield Metric(
-        f"{prefix}.request",
-        "s",
-        False,
-        [r.seconds("total") for r in kept],
-        warmup=[r.seconds("total") for r in trimmed],
-        meta={**base, "role": "total", "stages": list(STAGES)},
-    )
-    for stage in STAGES:
+    # (metric name, RequestRecord part, meta): the total, each stage, then the residual
+    parts: list[tuple[str, str, dict[str, Any]]] = [
+        ("request", "total", {"role": "total", "stages": list(STAGES)})
+    ]
+    parts += [(stage, stage, {"role": "stage", "stage": stage}) for stage in STAGES]
+    parts.append(("residual", "residual", {"role": "residual"}))
+    for name, part, meta in parts:
         yield Metric(
-            f"{prefix}.{stage}",
+            f"{prefix}.{name}",
             "s",
             False,
-            [r.seconds(stage) for r in kept],
-            warmup=[r.seconds(stage) for r in trimmed],
-            meta={**base, "role": "stage", "stage": stage},
+            [r.seconds(part) for r in kept],
+            warmup=[r.seconds(part) for r in trimmed],
+            meta={**base, **meta},
         )
-    yield Metric(
-        f"{prefix}.residual",
-        "s",
-        False,
-        [r.seconds("residual") for r in kept],
-        warmup=[r.seconds("residual") for r in trimmed],
-        meta={**base, "role": "residual"},
-    )
 
 
 def _request_log(run: LevelRun, k_head: int, k_tail: int) -> dict[str, list[Any]]:
