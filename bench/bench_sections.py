@@ -477,7 +477,7 @@ def _synthetic_result(n: int, seed: int, slower: dict[str, float]) -> Any:
 
 
 def compare() -> list[Row]:
-    from mlbaseline.compare import compare_results
+    from mlbaseline.comparison import compare_results
     from mlbaseline.config import resolve
     from mlbaseline.results import load_result, write_result
 

@@ -14,12 +14,13 @@ import pytest
 from scipy import stats as sps
 from typer.testing import CliRunner
 
-from mlbaseline import compare as cmp
+from mlbaseline import comparison as cmp
 from mlbaseline.cli import app
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import ConfigError, NotComparableError
+from mlbaseline.report import comparison as shown
 from mlbaseline.results import Metric, Result, load_result, write_result
-from mlbaseline.runners.compare import run_compare
+from mlbaseline.runners.compare_files import run_compare
 
 REPO = Path(__file__).resolve().parent.parent
 GROUP = "train.bs64"
@@ -328,7 +329,7 @@ def test_blocking_difference_is_not_comparable():
     assert all(m.mismatch for m in c.metrics)
     assert not c.to_dict()["comparable"]
     assert "mismatch_allowed" in {w["code"] for w in c.warnings}
-    assert all(r["verdict"].endswith(" †") for r in cmp.table_rows(c.to_dict()))
+    assert all(r["verdict"].endswith(" †") for r in shown.table_rows(c.to_dict()))
 
 
 def test_informational_and_config_differences_are_listed():
@@ -405,8 +406,8 @@ def test_compare_result_file_and_markdown(tmp_path):
     assert checks[f"compare.{GROUP}.forward"].status == "pass"
     assert checks[f"compare.{GROUP}.residual"].status == "skip"
     back = load_result(write_result(result, tmp_path / "c.json"), kinds=["compare"])
-    md = cmp.render_markdown(back.data)  # renders a saved comparison as is
-    assert md == cmp.render_markdown(c)
+    md = shown.render_markdown(back.data)  # renders a saved comparison as is
+    assert md == shown.render_markdown(c)
     assert "| metric | old | new | Δ% | 95% CI | p (Holm) | verdict |" in md
     assert f"| `{GROUP}.backward` |" in md and "regressed" in md
     assert "backward explains" in md and "**Attribution (train.bs64):**" in md
@@ -493,7 +494,7 @@ def test_cli_json_output_and_markdown(tmp_path):
     assert data["attribution"][0]["named"] == ["backward"]
     assert json.loads(out.read_text())["data"] == data
     text = md.read_text()
-    assert text == cmp.render_markdown(data)
+    assert text == shown.render_markdown(data)
     assert text.startswith(f"## mlb compare: `{old}` → `{new}` (throughput)")
     # outputs are never overwritten without --force, and that is checked before comparing
     again = mlb(old, new, "--markdown", md)

@@ -1101,7 +1101,7 @@ from mlbaseline.config import resolve
 from mlbaseline.measure.gpu import NullProbe
 from mlbaseline.progress import NullProgress
 from mlbaseline.results import Metric, Result, write_result
-from mlbaseline.runners.compare import run_compare
+from mlbaseline.runners.compare_files import run_compare
 from mlbaseline.runners.latency import run_latency
 from mlbaseline.runners.throughput import run_throughput
 overrides = json.loads(sys.argv[1])

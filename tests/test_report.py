@@ -495,7 +495,7 @@ def _pair(tmp_path: Path, slow_forward: float, new_env: dict | None = None) -> t
 
 
 def test_cli_compare_renders_verdicts_attribution_and_a_forest_plot(tmp_path):
-    pytest.importorskip("mlbaseline.compare")
+    pytest.importorskip("mlbaseline.comparison")
     old, new = _pair(tmp_path, slow_forward=0.5)
     out = tmp_path / "cmp"
     res = runner.invoke(app, ["report", "--compare", str(old), str(new), "-o", str(out), "-q"])
@@ -509,7 +509,7 @@ def test_cli_compare_renders_verdicts_attribution_and_a_forest_plot(tmp_path):
 
 
 def test_cli_compare_not_comparable_exits_3(tmp_path):
-    pytest.importorskip("mlbaseline.compare")
+    pytest.importorskip("mlbaseline.comparison")
     other = {"blocking": {**ENV["blocking"], "cpu_model": "Another CPU"}, "informational": {}}
     old, new = _pair(tmp_path, slow_forward=0.0, new_env=other)
     res = runner.invoke(app, ["report", "--compare", str(old), str(new), "-o", str(tmp_path / "c")])

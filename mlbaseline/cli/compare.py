@@ -10,7 +10,6 @@ import typer
 from rich import box
 from rich.table import Table
 
-from mlbaseline import compare as cmp
 from mlbaseline.cli.app import app
 from mlbaseline.cli.common import (
     ConfigOpt,
@@ -29,8 +28,9 @@ from mlbaseline.cli.common import (
     make_ui,
     show_config,
 )
+from mlbaseline.report import comparison as cmp
 from mlbaseline.results import atomic_write_text
-from mlbaseline.runners.compare import run_compare
+from mlbaseline.runners.compare_files import run_compare
 
 
 class FailOn(StrEnum):

@@ -125,7 +125,7 @@ def report_command(
         ui = make_ui(quiet)
         if compare is not None:
             from mlbaseline.report.render import render_compare_report
-            from mlbaseline.runners.compare import run_compare
+            from mlbaseline.runners.compare_files import run_compare
 
             run = run_compare(compare[0], compare[1], cfg, allow_mismatch, ui.progress)
             out = render_compare_report(run.result.data, output, force=force, progress=ui.progress)

@@ -323,8 +323,8 @@ def render_compare_report(
     progress: Progress | None = None,
 ) -> ReportOutput:
     """Write `out_dir/compare_report.md` (compare's verdict table and attribution, via
-    `mlbaseline.compare.render_markdown`) and a forest plot of every judged metric."""
-    from mlbaseline.compare import render_markdown as compare_markdown
+    `mlbaseline.report.comparison.render_markdown`) and a forest plot of every judged metric."""
+    from mlbaseline.report.comparison import render_markdown as compare_markdown
 
     progress = progress or NullProgress()
     rows, left_out = forest_rows(doc)

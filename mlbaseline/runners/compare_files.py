@@ -1,4 +1,4 @@
-"""Runner of `mlb compare`: load the two result files, then compare them (mlbaseline.compare)."""
+"""Runner of `mlb compare`: load the two result files, then compare them (mlbaseline.comparison)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlbaseline.compare import COMPARABLE_KINDS, Comparison, compare_results, to_result
+from mlbaseline.comparison import COMPARABLE_KINDS, Comparison, compare_results, to_result
 from mlbaseline.config import Config
 from mlbaseline.errors import ResultFileError
 from mlbaseline.progress import NullProgress, Progress

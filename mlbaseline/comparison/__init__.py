@@ -1,0 +1,90 @@
+"""Compare two results: comparability, per-metric two-gate verdicts, per-stage attribution.
+
+No torch and no I/O here (the runner loads the files). The pieces, in order:
+
+1. **Comparability.** Every key of ``environment["blocking"]`` (GPU model, driver major, CUDA,
+   cuDNN, torch, device, dtype, CPU model on CPU runs, the golden parameters, the subset
+   manifest hash) must be equal on both sides, else :class:`NotComparableError` (exit 3) with
+   the diff, unless ``allow_mismatch`` — then every verdict is marked. Informational keys and
+   config values that differ are listed, never blocking.
+2. **Matching.** Metrics are matched by name; names on one side only are listed, not compared.
+   A metric whose unit or direction changed, that has no samples, negative values, or a zero
+   old median (no ratio) is listed as skipped with the reason. Residuals (``role: residual``)
+   are not judged: their median sits near 0 and may be negative, so a ratio means nothing;
+   they appear in the attribution instead.
+3. **Unit of comparison.** When both sides have at least ``min_replicates`` distinct replicate
+   ids (fresh processes, ``--repeats``) for a metric, the per-replicate medians are compared;
+   otherwise the in-process samples, with a warning that process-to-process noise is not
+   covered.
+4. **Verdicts** (:func:`mlbaseline.stats.compare_samples`): two-sided Mann-Whitney U, Holm over
+   all judged metrics, AND the seeded bootstrap CI of the ratio of medians beyond the practical
+   threshold. Thresholds: ``compare.thresholds`` by exact metric name, then by glob pattern
+   (``latency.*.request``), else ``compare.threshold``.
+5. **Attribution**, per group with a ``role: total`` metric (see "Metric naming" in the rules):
+   each stage's delta = median(new) − median(old) of that stage, with a percentile-bootstrap CI
+   of that *difference of medians* (both sides resampled independently; old and new are
+   separate runs, so there are no pairs to difference), the delta as % of the old total (CI
+   scaled by the old total's median), its share of the total's delta, and the residual. A
+   stage is *named* as explaining the change when the total is regressed/improved and either
+   the stage's own verdict is regressed/improved in the same direction, or its share of the
+   total delta is at least :data:`NAME_SHARE` and its delta CI excludes 0 on that side.
+
+``--fail-on`` (see :data:`FAIL_ON_HELP`): ``regressed`` fails on any regressed metric; ``any``
+fails unless every metric of OLD is shown unchanged or improved in NEW (so also on inconclusive,
+skipped and missing-from-NEW metrics); ``never`` reports only.
+
+The comparison document (``Comparison.to_dict()``, also stored as ``data`` of a ``compare``
+result file) is rendered by :mod:`mlbaseline.report.comparison`, so ``mlb report --compare``
+can render a loaded file without recomputing anything.
+
+Modules: :mod:`.model` (data types, constants, the gate), :mod:`.matching` (comparability,
+thresholds, samples), :mod:`.judge` (:func:`compare_results`), :mod:`.attribution`,
+:mod:`.result` (:func:`to_result`).
+"""
+
+from mlbaseline.comparison.attribution import attribution_sentence
+from mlbaseline.comparison.judge import compare_results
+from mlbaseline.comparison.matching import (
+    describe_differences,
+    difference_of_medians_ci,
+    environment_differences,
+    replicate_medians,
+    threshold_for,
+)
+from mlbaseline.comparison.model import (
+    ATTRIBUTION_METHOD,
+    COMPARABLE_KINDS,
+    FAIL_ON,
+    FAIL_ON_HELP,
+    NAME_SHARE,
+    SKIP_RESIDUAL,
+    Attribution,
+    Comparison,
+    MetricResult,
+    StageDelta,
+    failing_names,
+)
+from mlbaseline.comparison.result import to_result, verdict_text
+
+__all__ = [
+    "ATTRIBUTION_METHOD",
+    "COMPARABLE_KINDS",
+    "FAIL_ON",
+    "FAIL_ON_HELP",
+    "NAME_SHARE",
+    "SKIP_RESIDUAL",
+    "Attribution",
+    "Comparison",
+    "MetricResult",
+    "StageDelta",
+    "attribution_sentence",
+    "compare_results",
+    "describe_differences",
+    "difference_of_medians_ci",
+    "environment_differences",
+    "failing_names",
+    "replicate_medians",
+    "threshold_for",
+    "to_result",
+    "verdict_text",
+]

@@ -1,0 +1,246 @@
+"""Compare two loaded results: match their metrics, judge them, attribute, warn."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mlbaseline import stats
+from mlbaseline.comparison.attribution import attribute_all
+from mlbaseline.comparison.matching import (
+    Pair,
+    check_thresholds,
+    describe_differences,
+    environment_differences,
+    pair_samples,
+    skip_reason,
+    threshold_for,
+)
+from mlbaseline.comparison.model import ATTRIBUTION_METHOD, NAME_SHARE, Comparison, MetricResult
+from mlbaseline.config import CompareConfig
+from mlbaseline.errors import NotComparableError
+from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.results import Result
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def _label(result: Result, label: str) -> dict[str, Any]:
+    return {
+        "label": label,
+        "kind": result.kind,
+        "created_at": result.created_at,
+        "status": result.status,
+    }
+
+
+def _settings(cfg: CompareConfig, seed: int) -> dict[str, Any]:
+    return {
+        "alpha": cfg.alpha,
+        "threshold": cfg.threshold,
+        "thresholds": dict(cfg.thresholds),
+        "confidence": cfg.confidence,
+        "n_resamples": cfg.n_resamples,
+        "min_replicates": cfg.min_replicates,
+        "fail_on": cfg.fail_on,
+        "seed": seed,
+        "test": "two-sided Mann-Whitney U, Holm-corrected across all judged metrics",
+        "interval": "percentile bootstrap CI of the ratio of medians new/old",
+        "attribution": ATTRIBUTION_METHOD,
+        "name_share": NAME_SHARE,
+    }
+
+
+def _min_mann_whitney_p(n1: int, n2: int) -> float:
+    """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
+    (computed by the same function, so exact/asymptotic method choice matches; for small tie-free
+    samples it is 2 / C(n1+n2, n1))."""
+    return stats.mann_whitney_p(np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float))
+
+
+def compare_results(
+    old: Result,
+    new: Result,
+    cfg: CompareConfig,
+    *,
+    old_label: str = "OLD",
+    new_label: str = "NEW",
+    allow_mismatch: bool = False,
+    same_input: bool = False,
+    seed: int = stats.DEFAULT_SEED,
+    progress: Progress | None = None,
+) -> Comparison:
+    """Compare two loaded results (see the module docstring for every rule).
+
+    Raises NotComparableError (exit 3) for a blocking difference without ``allow_mismatch``
+    or when the two results share no metric; ConfigError for a bad threshold."""
+    check_thresholds(cfg)
+    progress = progress or NullProgress()
+    blocking, info = environment_differences(old, new)
+    if blocking and not allow_mismatch:
+        raise NotComparableError(
+            f"{old_label} and {new_label} are not comparable: blocking environment keys differ "
+            f"({describe_differences(blocking)}); use --allow-mismatch to compare anyway"
+        )
+    comp = Comparison(
+        old=_label(old, old_label),
+        new=_label(new, new_label),
+        kind=new.kind,
+        settings=_settings(cfg, seed),
+        blocking_differences=blocking,
+        informational_differences=info,
+        allow_mismatch=allow_mismatch,
+        same_input=same_input,
+    )
+    common = _match_names(comp, old, new)
+    pairs, judged = _pairs(comp, old, new, common, cfg)
+    with progress.task("comparing metrics", total=len(common)) as task:
+        comp.metrics = _judge(judged, old, new, cfg, seed, bool(blocking))
+        task.advance(len(common))
+    comp.attribution = attribute_all(old, new, pairs, comp.metrics, cfg, seed)
+    comp.warnings = _warnings(comp, old, new, judged, cfg)
+    return comp
+
+
+def _match_names(comp: Comparison, old: Result, new: Result) -> list[str]:
+    """Names on both sides (in OLD's order); fills only_old / only_new."""
+    old_label, new_label = comp.old["label"], comp.new["label"]
+    names_old, names_new = list(old.measurements), set(new.measurements)
+    common = [n for n in names_old if n in names_new]
+    comp.only_old = [n for n in names_old if n not in names_new]
+    comp.only_new = [n for n in new.measurements if n not in set(names_old)]
+    if not common:
+        raise NotComparableError(
+            f"{old_label} and {new_label} have no metric in common (the workload changed?): "
+            f"{len(comp.only_old)} only in {old_label}, {len(comp.only_new)} only in {new_label}"
+        )
+    return common
+
+
+def _pairs(
+    comp: Comparison, old: Result, new: Result, common: list[str], cfg: CompareConfig
+) -> tuple[dict[str, Pair], dict[str, Pair]]:
+    """(every valid pair, the pairs to judge); what cannot be judged goes to comp.skipped."""
+    pairs: dict[str, Pair] = {}
+    judged: dict[str, Pair] = {}
+    for name in common:
+        m_old, m_new = old.measurements[name], new.measurements[name]
+        pair = pair_samples(m_old, m_new, cfg.min_replicates) if m_old.unit == m_new.unit else None
+        reason = skip_reason(m_old, m_new, pair)
+        if pair is not None and pair.old.size and pair.new.size:
+            pairs[name] = pair  # attribution uses every valid sample, judged or not
+        if reason is None:
+            judged[name] = pair  # type: ignore[assignment]
+        else:
+            comp.skipped.append({"metric": name, "code": reason[0], "reason": reason[1]})
+    return pairs, judged
+
+
+def _judge(
+    judged: Mapping[str, Pair],
+    old: Result,
+    new: Result,
+    cfg: CompareConfig,
+    seed: int,
+    mismatch: bool,
+) -> list[MetricResult]:
+    if not judged:
+        return []
+    inputs = {
+        name: (p.old, p.new, new.measurements[name].higher_is_better) for name, p in judged.items()
+    }
+    thresholds = {name: threshold_for(name, cfg) for name in judged}
+    stat_rows = stats.compare_samples(
+        inputs,
+        threshold=thresholds,
+        alpha=cfg.alpha,
+        confidence=cfg.confidence,
+        n_resamples=cfg.n_resamples,
+        seed=seed,
+    )
+    out = []
+    for row in stat_rows:
+        metric = new.measurements[row.metric]
+        meta = metric.meta or old.measurements[row.metric].meta or {}
+        basis = judged[row.metric].basis
+        out.append(MetricResult(row, metric.unit, basis, dict(meta), mismatch))
+    return out
+
+
+def _warnings(
+    comp: Comparison, old: Result, new: Result, judged: Mapping[str, Pair], cfg: CompareConfig
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if comp.same_input:
+        out.append(
+            {
+                "code": "same_input",
+                "message": "comparing a result with itself (same file or identical content): "
+                "this says nothing about a change, only how wide the CIs of these samples are",
+            }
+        )
+    if comp.blocking_differences:
+        out.append(
+            {
+                "code": "mismatch_allowed",
+                "message": "not comparable, compared anyway (--allow-mismatch); every verdict "
+                f"is marked: {describe_differences(comp.blocking_differences)}",
+            }
+        )
+    for label, result in ((comp.old["label"], old), (comp.new["label"], new)):
+        if result.status != "complete":
+            note = "; ".join(result.notes)
+            msg = f"{label} is marked {result.status}" + (f" ({note})" if note else "")
+            out.append({"code": "incomplete_input", "message": msg})
+    in_process = [n for n, p in judged.items() if p.basis == "samples"]
+    if in_process:
+        out.append(
+            {
+                "code": "in_process_samples",
+                "message": f"{len(in_process)} of {len(judged)} metrics compared on in-process "
+                f"samples (fewer than {cfg.min_replicates} process-level replicates on a side): "
+                "process-to-process noise is not covered; measure with --repeats "
+                f"{cfg.min_replicates} or more",
+                "metrics": in_process,
+            }
+        )
+    out += _holm_floor_warning(judged, cfg)
+    if comp.only_old or comp.only_new:
+        out.append(
+            {
+                "code": "unmatched_metrics",
+                "message": f"{len(comp.only_old)} metrics only in {comp.old['label']}, "
+                f"{len(comp.only_new)} only in {comp.new['label']}: listed, not compared",
+            }
+        )
+    return out
+
+
+def _holm_floor_warning(judged: Mapping[str, Pair], cfg: CompareConfig) -> list[dict[str, Any]]:
+    """Few replicates cap how small a Mann-Whitney p can get; say when Holm makes every
+    significant verdict impossible instead of letting 'inconclusive' look like bad luck."""
+    m = len(judged)
+    blocked = [
+        name
+        for name, p in judged.items()
+        if max(p.old.size, p.new.size) <= 30
+        and m * _min_mann_whitney_p(p.old.size, p.new.size) >= cfg.alpha
+    ]
+    if not blocked:
+        return []
+    p = judged[blocked[0]]
+    floor = _min_mann_whitney_p(p.old.size, p.new.size)
+    return [
+        {
+            "code": "holm_floor",
+            "message": f"{len(blocked)} metrics cannot reach significance: with "
+            f"{p.old.size} vs {p.new.size} values the smallest Mann-Whitney p is {floor:.2g}, "
+            f"×{m} metrics (Holm) ≥ α={cfg.alpha}; add replicates or compare fewer metrics",
+            "metrics": blocked,
+        }
+    ]
+
+
+# --------------------------------------------------------------------------- attribution

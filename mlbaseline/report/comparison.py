@@ -1,0 +1,165 @@
+"""The rendering of a comparison document: display rows (shared by the rich tables of
+`mlb compare` and the Markdown), the summary line, and the Markdown of a CI comment.
+
+Works from the plain comparison document (``Comparison.to_dict()``, also stored as ``data`` of a
+``compare`` result file), so ``mlb report --compare`` renders a saved comparison as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mlbaseline.comparison.matching import describe_differences
+from mlbaseline.comparison.model import ATTRIBUTION_METHOD, SKIP_RESIDUAL, Comparison
+from mlbaseline.comparison.result import verdict_text
+from mlbaseline.formatting import interval_percent as _interval_pct
+from mlbaseline.formatting import markdown_table as _md_table
+from mlbaseline.formatting import p_value as format_p
+from mlbaseline.formatting import share_percent as _share
+from mlbaseline.formatting import signed_percent as _pct
+from mlbaseline.formatting import value as format_value
+
+__all__ = [  # with the names of the comparison the `mlb compare` tables show
+    "ATTRIBUTION_METHOD",
+    "SKIP_RESIDUAL",
+    "describe_differences",
+    "format_value",
+    "render_markdown",
+    "stage_rows",
+    "summary_line",
+    "table_rows",
+    "verdict_text",
+]
+
+
+def _minus1(x: float | None) -> float | None:
+    return None if x is None else x - 1.0
+
+
+def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Display rows (metric, old, new, delta, ci, p, verdict) from a comparison document;
+    shared by the rich table and the Markdown table."""
+    mark = " †" if doc.get("blocking_differences") else ""
+    rows = []
+    for m in doc["metrics"]:
+        verdict = m["verdict"]
+        if verdict == "inconclusive" and m.get("samples_needed"):
+            unit = "repl." if m.get("basis") == "replicates" else "samples"
+            verdict += f" (need ~{m['samples_needed']} {unit}/side)"
+        rows.append(
+            {
+                "metric": m["metric"],
+                "old": format_value(m["median_old"], m["unit"]),
+                "new": format_value(m["median_new"], m["unit"]),
+                "delta": _pct(m["change"]),
+                "ci": _interval_pct([_minus1(m["ci_low"]), _minus1(m["ci_high"])]),
+                "p": format_p(m["p_adjusted"]),
+                "verdict": verdict + mark,
+                "status": m["verdict"],
+            }
+        )
+    return rows
+
+
+def stage_rows(a: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Display rows of one group's attribution table (stages, then the residual)."""
+    unit = a["unit"]
+    out = []
+    for row in [*a["stages"], *([a["residual"]] if a.get("residual") else [])]:
+        ci = row.get("pct_ci")
+        out.append(
+            {
+                "stage": row["stage"] + (" ◀" if row.get("named") else ""),
+                "old": format_value(row["median_old"], unit),
+                "new": format_value(row["median_new"], unit),
+                "delta": format_value(row["delta"], unit, signed=True),
+                "pct": _pct(row["pct_of_old_total"]),
+                "ci": _interval_pct(ci, 2) if ci else "—",
+                "share": _share(row["share"]),
+                "verdict": row.get("verdict") or "—",
+            }
+        )
+    return out
+
+
+def summary_line(doc: Mapping[str, Any]) -> str:
+    c = doc["counts"]
+    gate = "FAIL" if doc["failed"] else "pass"
+    return (
+        f"{c['regressed']} regressed, {c['improved']} improved, {c['unchanged']} unchanged, "
+        f"{c['inconclusive']} inconclusive; --fail-on {doc['fail_on']}: {gate}"
+    )
+
+
+def render_markdown(comparison: Comparison | Mapping[str, Any]) -> str:
+    """Markdown for a CI comment: a heading with the gate outcome, the per-metric table (metric,
+    old, new, Δ%, CI, p after Holm, verdict), each group's attribution sentence and stage table,
+    then unmatched/skipped metrics, warnings and differences in the environment.
+
+    Accepts a :class:`Comparison` or its document (``to_dict()``, or ``data`` of a ``compare``
+    result file), so ``mlb report --compare`` can render a saved comparison as is."""
+    doc = comparison.to_dict() if isinstance(comparison, Comparison) else comparison
+    conf = round(100 * doc["settings"]["confidence"])
+    lines = [
+        f"## mlb compare: `{doc['old']['label']}` → `{doc['new']['label']}` ({doc['kind']})",
+        "",
+        f"**{summary_line(doc)}**",
+        "",
+    ]
+    if doc.get("blocking_differences"):
+        lines += [
+            "> **Not comparable** — compared anyway (`--allow-mismatch`); every verdict is "
+            f"marked †. Blocking differences: {describe_differences(doc['blocking_differences'])}",
+            "",
+        ]
+    headers = ["metric", "old", "new", "Δ%", f"{conf}% CI", "p (Holm)", "verdict"]
+    keys = ["metric", "old", "new", "delta", "ci", "p", "verdict"]
+    rows = [[f"`{r['metric']}`", *(r[k] for k in keys[1:])] for r in table_rows(doc)]
+    lines += _md_table(headers, rows, "lrrrrrl")
+    for a in doc["attribution"]:
+        lines += ["", f"**Attribution ({a['group']}):** {a['sentence']}", ""]
+        headers = [
+            "stage",
+            "old",
+            "new",
+            "Δ",
+            "Δ % of old total",
+            f"{conf}% CI",
+            "share",
+            "verdict",
+        ]
+        srows = [list(r.values()) for r in stage_rows(a)]
+        lines += _md_table(headers, srows, "lrrrrrrl")
+    lines += _md_notes(doc)
+    return "\n".join(lines) + "\n"
+
+
+def _md_notes(doc: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    notes = []
+    if doc["only_old"]:
+        notes.append(
+            f"Only in `{doc['old']['label']}` (not compared): {', '.join(doc['only_old'])}"
+        )
+    if doc["only_new"]:
+        notes.append(
+            f"Only in `{doc['new']['label']}` (not compared): {', '.join(doc['only_new'])}"
+        )
+    notes += [f"Not judged: `{s['metric']}` — {s['reason']}" for s in doc["skipped"]]
+    notes += [f"⚠ {w['message']}" for w in doc["warnings"]]
+    info = doc.get("informational_differences") or []
+    if info:
+        shown = describe_differences(info[:10])
+        more = f" (and {len(info) - 10} more)" if len(info) > 10 else ""
+        notes.append(f"Informational differences: {shown}{more}")
+    s = doc["settings"]
+    notes.append(
+        f"Method: {s['test']}, α={s['alpha']}; {s['interval']} ({s['n_resamples']} resamples, "
+        f"seed {s['seed']}); practical threshold ±{100 * s['threshold']:g}%"
+        + (" with per-metric overrides" if s["thresholds"] else "")
+        + f"; attribution: {s['attribution']}."
+    )
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    return lines
