@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,44 +86,40 @@ def _check_any_loaded(record: PassRecord, corrupt: Mapping[str, Mapping[str, Any
         raise DatasetError(f"no sample could be loaded ({len(corrupt)} failed){where}")
 
 
-def _sweep(
-    cfg: Config,
-    source: Source,
-    plan: Plan,
-    result: Result,
-    progress: Progress,
-    state: dict[str, Any],
-) -> None:
-    for workers in plan.workers:
-        for pin in plan.pins:
-            state["current"] = metric_prefix(workers, pin, False)
-            _measure_setting(cfg, source, plan, result, progress, state, workers, pin)
-    epochs = cfg.dataloader.persistent_epochs
-    for workers in (w for w in plan.workers if w > 0 and epochs > 0):
-        state["current"] = f"persistent_workers at num_workers={workers}"
+@dataclass
+class _Sweep:
+    """What every setting of one sweep shares; `state` collects rows, corrupt files, the
+    persistent_workers effects and the setting now measured (for an interruption)."""
+
+    cfg: Config
+    source: Source
+    plan: Plan
+    result: Result
+    progress: Progress
+    state: dict[str, Any]
+
+
+def _sweep(sw: _Sweep) -> None:
+    for workers in sw.plan.workers:
+        for pin in sw.plan.pins:
+            sw.state["current"] = metric_prefix(workers, pin, False)
+            _measure_setting(sw, workers, pin)
+    epochs = sw.cfg.dataloader.persistent_epochs
+    for workers in (w for w in sw.plan.workers if w > 0 and epochs > 0):
+        sw.state["current"] = f"persistent_workers at num_workers={workers}"
         try:
-            state["persistent"].append(
-                _persistent_effect(cfg, source, plan, result, progress, workers)
-            )
+            sw.state["persistent"].append(_persistent_effect(sw, workers))
         except (RuntimeError, OSError) as exc:
-            _setting_failed(result, f"persistent_workers at num_workers={workers}", exc)
+            _setting_failed(sw.result, f"persistent_workers at num_workers={workers}", exc)
 
 
 def _setting_failed(result: Result, what: str, exc: BaseException) -> None:
     result.warn("setting_failed", f"{what}: {exc.__class__.__name__}: {exc}; the sweep went on")
 
 
-def _measure_setting(
-    cfg: Config,
-    source: Source,
-    plan: Plan,
-    result: Result,
-    progress: Progress,
-    state: dict[str, Any],
-    workers: int,
-    pin: bool,
-) -> None:
+def _measure_setting(sw: _Sweep, workers: int, pin: bool) -> None:
     """The cold pass (when on), then the warm pass, of one loader."""
+    cfg, source, plan, state = sw.cfg, sw.source, sw.plan, sw.state
     n_batches = plan.n_batches + max(1, workers)
     length = n_batches * plan.batch_size
     loader, sampler = make_loader(
@@ -133,32 +130,30 @@ def _measure_setting(
             prime_cache(source.paths[:length])  # the files this pass reads
         try:
             record = run_pass(
-                loader, sampler, workers, pin, cold, n_batches, plan.device, plan.cpus, progress
+                loader, sampler, workers, pin, cold, n_batches, plan.device, plan.cpus, sw.progress
             )
         except (RuntimeError, OSError) as exc:  # a crashed worker, too many open files
             state["rows"].append(_failed_row(workers, pin, cold, exc))
-            _setting_failed(result, metric_prefix(workers, pin, cold), exc)
+            _setting_failed(sw.result, metric_prefix(workers, pin, cold), exc)
             break  # the loader's workers are gone: its other pass is not measured
         _collect_failed(record, state["corrupt"])
         _check_any_loaded(record, state["corrupt"])
-        add_pass_metrics(result, record, source.split)
+        add_pass_metrics(sw.result, record, source.split)
         row = pass_row(record, source.split, plan.batch_size, cfg.compare.confidence)
         state["rows"].append(row)
     del loader
 
 
-def _persistent_effect(
-    cfg: Config, source: Source, plan: Plan, result: Result, progress: Progress, workers: int
-) -> dict[str, Any]:
+def _persistent_effect(sw: _Sweep, workers: int) -> dict[str, Any]:
     """Epoch start-up with persistent_workers off and on, at one worker count."""
-    epochs = cfg.dataloader.persistent_epochs
+    epochs = sw.cfg.dataloader.persistent_epochs
     entry: dict[str, Any] = {"workers": workers, "epochs": epochs}
-    with progress.task(f"persistent_workers off/on, num_workers={workers}", total=2) as task:
+    with sw.progress.task(f"persistent_workers off/on, num_workers={workers}", total=2) as task:
         for flag in (False, True):
-            values = epoch_startups(source, workers, flag, epochs, plan.batch_size, cfg)
+            values = epoch_startups(sw.source, workers, flag, epochs, sw.plan.batch_size, sw.cfg)
             name = f"dataloader.w{workers}{'.persistent' if flag else ''}.epoch_start"
             meta = {"group": f"dataloader.w{workers}", "role": "other", "persistent_workers": flag}
-            result.add_metric(Metric(name, "s", False, values, meta=meta))
+            sw.result.add_metric(Metric(name, "s", False, values, meta=meta))
             entry["on_s" if flag else "off_s"] = finite_median(values)
             task.advance()
     entry["saved_s"] = entry["off_s"] - entry["on_s"]
@@ -197,7 +192,7 @@ def run_dataloader(
         result.environment = fingerprint(cfg.to_dict(), None, device)
         plan = plan_sweep(cfg, source, result, device)
         _describe_run(cfg, result, source, plan, flags)
-        _sweep(cfg, source, plan, result, progress, state)
+        _sweep(_Sweep(cfg, source, plan, result, progress, state))
     except KeyboardInterrupt:
         result.mark(
             "interrupted",
