@@ -198,38 +198,39 @@ def _throttle(cfg: Config, d: GpuInfo) -> Check:
     return Check(name, "pass", reasons, "no thermal/hardware slowdown", f"reasons: {shown}")
 
 
+def _mode(name: str, flag: bool | None, unknown: str, on: str, off: str) -> Check:
+    """A GPU mode as information: skip when not reported, else on/off with its advice."""
+    if flag is None:
+        return Check(name, "skip", None, None, unknown)
+    return Check(name, "pass", _onoff(flag), None, on if flag else off)
+
+
 def _persistence(d: GpuInfo) -> Check:
-    name = f"gpu{d.index}.persistence"
-    if d.persistence_mode is None:
-        return Check(name, "skip", None, None, "persistence mode not reported")
-    advice = (
-        "the driver stays loaded between runs"
-        if d.persistence_mode
-        else "off: the first CUDA call of each run reloads the driver (slower start; warm-up "
-        "absorbs it)"
+    return _mode(
+        f"gpu{d.index}.persistence",
+        d.persistence_mode,
+        "persistence mode not reported",
+        "the driver stays loaded between runs",
+        "off: the first CUDA call of each run reloads the driver (slower start; warm-up "
+        "absorbs it)",
     )
-    return Check(name, "pass", _onoff(d.persistence_mode), None, advice)
 
 
 def _mig(d: GpuInfo) -> Check:
-    name = f"gpu{d.index}.mig"
-    if d.mig_mode is None:
-        return Check(name, "skip", None, None, "MIG not supported or not reported")
-    advice = (
-        "MIG on: a run gets one slice; compare only against runs on the same slice profile"
-        if d.mig_mode
-        else "MIG off: the whole GPU"
+    return _mode(
+        f"gpu{d.index}.mig",
+        d.mig_mode,
+        "MIG not supported or not reported",
+        "MIG on: a run gets one slice; compare only against runs on the same slice profile",
+        "MIG off: the whole GPU",
     )
-    return Check(name, "pass", _onoff(d.mig_mode), None, advice)
 
 
 def _ecc(d: GpuInfo) -> Check:
-    name = f"gpu{d.index}.ecc"
-    if d.ecc_enabled is None:
-        return Check(name, "skip", None, None, "ECC not supported or not reported")
-    advice = (
-        "ECC on: a little memory bandwidth goes to error correction; keep it equal across runs"
-        if d.ecc_enabled
-        else "ECC off"
+    return _mode(
+        f"gpu{d.index}.ecc",
+        d.ecc_enabled,
+        "ECC not supported or not reported",
+        "ECC on: a little memory bandwidth goes to error correction; keep it equal across runs",
+        "ECC off",
     )
-    return Check(name, "pass", _onoff(d.ecc_enabled), None, advice)
