@@ -103,6 +103,17 @@ def bounded_apportion(
             pinned.update({i: lower[i] for i in under})
 
 
+def _quota_inputs(
+    counts: Sequence[int], n: int, names: Sequence[str] | None, caps: Sequence[int] | None
+) -> tuple[list[int], list[str], list[int]]:
+    """Counts as ints, names (default: zero-padded indices), caps within the counts; n checked."""
+    counts = [int(c) for c in counts]
+    names = list(names) if names is not None else [f"{i:09d}" for i in range(len(counts))]
+    caps = [min(int(c), cnt) for c, cnt in zip(caps or counts, counts, strict=True)]
+    _check_n(n, caps)
+    return counts, names, caps
+
+
 def proportional_quotas(
     counts: Sequence[int],
     n: int,
@@ -110,10 +121,7 @@ def proportional_quotas(
     caps: Sequence[int] | None = None,
 ) -> list[int]:
     """Largest-remainder quotas by class share; ≥ 1 per non-empty class when n ≥ their number."""
-    counts = [int(c) for c in counts]
-    names = list(names) if names is not None else [f"{i:09d}" for i in range(len(counts))]
-    caps = [min(int(c), cnt) for c, cnt in zip(caps or counts, counts, strict=True)]
-    _check_n(n, caps)
+    counts, names, caps = _quota_inputs(counts, n, names, caps)
     active = sum(1 for c in caps if c > 0)
     lower = [1 if (c > 0 and n >= active) else 0 for c in caps]
     return bounded_apportion(largest_remainder, counts, n, names, lower, caps)
@@ -126,10 +134,7 @@ def balanced_quotas(
     caps: Sequence[int] | None = None,
 ) -> list[int]:
     """n // k per class, remainder to the largest classes; small classes give all they have."""
-    counts = [int(c) for c in counts]
-    names = list(names) if names is not None else [f"{i:09d}" for i in range(len(counts))]
-    caps = [min(int(c), cnt) for c, cnt in zip(caps or counts, counts, strict=True)]
-    _check_n(n, caps)
+    counts, names, caps = _quota_inputs(counts, n, names, caps)
     return bounded_apportion(equal_shares, counts, n, names, [0] * len(counts), caps)
 
 
