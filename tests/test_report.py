@@ -21,7 +21,7 @@ from mlbaseline.report.data import Telemetry, groups, read_telemetry
 from mlbaseline.report.inputs import ReportInput, collect
 from mlbaseline.report.markdown import NOT_MEASURED, SECTIONS, TITLE
 from mlbaseline.report.render import FIGURE_NAMES, REPORT_NAME, render_report
-from mlbaseline.results import Metric, Result, write_result
+from mlbaseline.results import Check, Metric, Result, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden/report"
@@ -341,6 +341,30 @@ def test_golden_report_content(golden):
     assert bullets and all(line.startswith("- Prediction:") for line in bullets)
     assert any("workers: data time" in line for line in bullets)
     assert {s.name for s in out.signals} == set(signals.SIGNAL_TITLES)
+
+
+def test_env_check_table_folds_identical_gpu_skips(tmp_path):
+    """No GPU: eleven GPU checks skip with the same NVML message; the table says it once."""
+    why = (
+        "no GPU checks: no NVIDIA driver (NVMLError_LibraryNotFound: NVML Shared Library Not Found)"
+    )
+    kinds = ["present", "temperature", "memory_used", "processes", "memory_total", "throttle"]
+    kinds += ["persistence", "mig", "ecc", "clocks", "power"]
+    env = Result(kind="env-check", environment=ENV, config={"golden": {"seed": 42}})
+    env.verdict.checks += [Check(f"gpu.{k}", "skip", message=why) for k in kinds]
+    env.verdict.checks += [
+        Check("cpu.idle", "pass", 0.99, 0.9, "99% idle"),
+        Check("cpu.turbo", "skip", message="turbo state not exposed here"),
+    ]
+    md = render_report([env], tmp_path).markdown_path.read_text()
+    rows = [
+        line for line in _section(md, "## Environment checks").splitlines() if line.startswith("| ")
+    ]
+    assert len(rows) == len(set(rows)), "two identical rows in the environment table"
+    assert sum(why in row for row in rows) == 1
+    assert any(row.startswith(f"| GPU checks ({len(kinds)}) | skip |") for row in rows)
+    assert any(row.startswith("| cpu.idle | pass | 99% | ≥ 90% |") for row in rows)
+    assert any(row.startswith("| cpu.turbo | skip |") for row in rows)
 
 
 def test_absent_data_says_not_measured(tmp_path):

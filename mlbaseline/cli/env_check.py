@@ -24,8 +24,9 @@ from mlbaseline.cli.common import (
     show_config,
 )
 from mlbaseline.measure.gpu import default_probe
+from mlbaseline.report.checks import display
 from mlbaseline.results import Check, Result
-from mlbaseline.runners.envcheck import display, run_env_check
+from mlbaseline.runners.envcheck import run_env_check
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 

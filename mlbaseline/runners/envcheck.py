@@ -22,8 +22,8 @@ from mlbaseline import envinfo
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.gpu import GpuProbe
-from mlbaseline.results import Check, Result
-from mlbaseline.runners.envcheck_common import _gb, _pct
+from mlbaseline.report.checks import display  # the table's texts, for callers of this module
+from mlbaseline.results import Result
 from mlbaseline.runners.envcheck_gpu import GPU_CHECK_KINDS, device_checks, gpu_checks
 from mlbaseline.runners.envcheck_host import HostReadings, cpu_checks, memory_checks, read_host
 from mlbaseline.runners.envcheck_software import (
@@ -40,6 +40,7 @@ __all__ = [
     "cpu_checks",
     "cudnn_version_text",
     "device_checks",
+    "display",
     "gpu_checks",
     "memory_checks",
     "read_host",
@@ -103,38 +104,3 @@ def run_env_check(
         "gpus": [g.to_dict() for g in gpus],
     }
     return result
-
-
-# ---------------------------------------------------------------- display
-
-
-# How the table shows a value, by the last part of the check name.
-_BYTES = {"memory_total", "available", "cgroup_limit", "swap"}
-_SHARES = {"memory_used", "idle"}
-
-
-def display(check: Check) -> tuple[str, str]:
-    """(value, threshold) as the table shows them; the JSON keeps SI numbers."""
-    kind = check.name.rsplit(".", 1)[-1]
-    ops = {"temperature": "≤", "memory_used": "≤", "idle": "≥", "load": "≤", "swap": "≤"}
-    ops |= {"memory_total": "≥", "available": "≥", "processes": "≤", "threads": "≤"}
-
-    def fmt(v: Any) -> str:
-        if v is None:
-            return "—"
-        if isinstance(v, list):
-            return ", ".join(map(str, v)) or "none"
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return str(v)
-        if kind in _BYTES:
-            return _gb(v)
-        if kind in _SHARES:
-            return _pct(v)
-        if kind == "temperature":
-            return f"{v:.0f} °C"
-        if kind == "load":
-            return f"{v:.2f}/CPU"
-        return f"{v:g}"
-
-    threshold = "—" if check.threshold is None else f"{ops.get(kind, '')} {fmt(check.threshold)}"
-    return fmt(check.value), threshold.strip()

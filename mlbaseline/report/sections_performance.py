@@ -1,0 +1,262 @@
+"""The sections of measurements: training throughput and stages, inference, latency, data
+loading."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mlbaseline import stats
+from mlbaseline.formatting import milliseconds as ms
+from mlbaseline.formatting import number as num
+from mlbaseline.formatting import percent as pct
+from mlbaseline.formatting import size, with_ci
+from mlbaseline.report import payloads
+from mlbaseline.report.context import (
+    LATENCY_QS,
+    SECTIONS,
+    ReportContext,
+    figure,
+    not_measured,
+    table,
+)
+from mlbaseline.report.data import (
+    Group,
+    all_groups,
+    estimate,
+    finite,
+    stage_shares,
+)
+from mlbaseline.results import Result
+
+
+def _train_row(ctx: ReportContext, result: Result, g: Group) -> list[str]:
+    rate = estimate(g.rate.values) if g.rate else None
+    step = estimate(g.total.values) if g.total else None
+    facts = payloads.batch_facts(result, g)
+    active = payloads.kernel_active(ctx.telemetry, result, g)
+    memory = "not measured"
+    if facts.peak_memory is not None:
+        memory = size(facts.peak_memory) + _memory_kind(facts.memory_kind)
+    return [
+        g.label,
+        with_ci(rate.median, rate.low, rate.high) if rate else "–",
+        with_ci(step.median, step.low, step.high, ms) if step else "–",
+        active,
+        memory,
+        str(step.n) if step else "–",
+        facts.stop_reason or "–",
+    ]
+
+
+def _memory_kind(kind: str | None) -> str:
+    if not kind:
+        return ""
+    if kind.startswith("cuda"):
+        return " (CUDA allocated)"
+    if "rss" in kind:
+        return " (RSS growth)"
+    return f" ({kind})"
+
+
+def section_training(ctx: ReportContext) -> list[str]:
+    lines = [SECTIONS[5], ""]
+    rows = [
+        _train_row(ctx, r, g) for r in ctx.of_kind("throughput") for g in all_groups([r], "train")
+    ]
+    if not rows:
+        return lines + not_measured("no training throughput result (run `mlb throughput`)")
+    for r in ctx.of_kind("throughput"):
+        failed = [(b, why) for b, part, why in payloads.failed_sizes(r) if part == "train"]
+        rows += [[str(b), why, "–", "–", "–", "0", "not measured"] for b, why in failed]
+    headers = [
+        "batch size",
+        "samples/s [95% CI]",
+        "step ms [95% CI]",
+        "GPU kernel-active %",
+        "peak memory",
+        "steps",
+        "ended by",
+    ]
+    lines += table(headers, rows)
+    lines += [
+        "GPU kernel-active % is NVML's utilization: the share of time a kernel was running, "
+        "not SM occupancy or Tensor Core load.",
+        "",
+    ]
+    lines += figure(ctx, "throughput", "samples/s per batch size")
+    return lines
+
+
+def section_stages(ctx: ReportContext) -> list[str]:
+    lines = [SECTIONS[6], ""]
+    gs = all_groups(ctx.of_kind("throughput"), "train")
+    gs = [g for g in gs if g.stages]
+    if not gs:
+        return lines + not_measured("no stage-decomposed training step")
+    lines += stage_table(gs, "batch size", lambda g: g.label)
+    lines += figure(ctx, "stages", "stage breakdown per batch size")
+    return lines
+
+
+def stage_table(gs: Sequence[Group], key: str, label: Any) -> list[str]:
+    """Rows: group; columns: each stage's median ms and time-weighted share, residual last."""
+    stage_names: list[str] = []
+    for g in gs:
+        stage_names += [s for s in g.stages if s not in stage_names]
+    headers = [key] + [s.replace("_", " ") for s in stage_names] + ["residual", "total (median)"]
+    rows = []
+    for g in gs:
+        shares = stage_shares(g)
+        row = [label(g)]
+        for s in stage_names:
+            m = g.stages.get(s)
+            row.append(
+                f"{ms(float(np.median(m.values)))} ms ({pct(shares.get(s))})"
+                if m and m.values
+                else "–"
+            )
+        res = g.residual
+        row.append(
+            f"{ms(float(np.median(res.values)))} ms ({pct(shares.get('residual'))})"
+            if res and res.values
+            else "–"
+        )
+        row.append(
+            f"{ms(float(np.median(g.total.values)))} ms" if g.total and g.total.values else "–"
+        )
+        rows.append(row)
+    return [
+        *table(headers, rows),
+        "Cells: median ms per item (time-weighted share of the total: "
+        "sum of stage / sum of total).",
+        "",
+    ]
+
+
+def section_inference(ctx: ReportContext) -> list[str]:
+    lines = [SECTIONS[7], ""]
+    rows = []
+    for r in ctx.of_kind("throughput"):
+        for g in all_groups([r], "infer"):
+            rate = estimate(g.rate.values) if g.rate else None
+            batch = estimate(g.total.values) if g.total else None
+            facts = payloads.batch_facts(r, g)
+            memory = "not measured"
+            if facts.peak_memory is not None:
+                memory = size(facts.peak_memory) + _memory_kind(facts.memory_kind)
+            rows.append(
+                [
+                    g.label,
+                    with_ci(rate.median, rate.low, rate.high) if rate else "–",
+                    with_ci(batch.median, batch.low, batch.high, ms) if batch else "–",
+                    memory,
+                    str(batch.n) if batch else "–",
+                ]
+            )
+        failed = [(b, why) for b, part, why in payloads.failed_sizes(r) if part == "inference"]
+        rows += [[str(b), why, "–", "–", "0"] for b, why in failed]
+    if not rows:
+        return lines + not_measured(
+            "no inference throughput result (`mlb throughput --mode inference`)"
+        )
+    headers = ["batch size", "samples/s [95% CI]", "batch ms [95% CI]", "peak memory", "runs"]
+    lines += table(headers, rows)
+    lines += [
+        "Timed with `torch.utils.benchmark.Timer.blocked_autorange` under "
+        "`torch.inference_mode()`; one run is one block of calls, its time per call.",
+        "",
+    ]
+    return lines
+
+
+def _percentile_cells(x: np.ndarray, level: Mapping[str, Any]) -> list[str]:
+    """Each percentile with its CI: as the latency runner stored it, else computed here."""
+    cells = []
+    for q in LATENCY_QS:
+        stored = payloads.level_percentile(level, q)
+        if stored is not None:
+            cells.append(with_ci(*stored, ms))
+            continue
+        p = stats.percentile(x, q)
+        lo, hi = stats.percentile_ci(x, q)
+        cells.append(with_ci(p, lo, hi, ms))
+    return cells
+
+
+def section_latency(ctx: ReportContext) -> list[str]:
+    lines = [SECTIONS[8], ""]
+    results = ctx.of_kind("latency")
+    gs = [(r, g) for r in results for g in all_groups([r], "latency") if g.total and g.total.values]
+    if not gs:
+        return lines + not_measured("no latency result (run `mlb latency`)")
+    sla = payloads.sla_p99(results)
+    rows = []
+    for r, g in gs:
+        x = finite(g.total.values)
+        level = payloads.latency_level(r, g.prefix)
+        p99 = stats.percentile(x, 99)
+        verdict = "–" if sla is None else ("meets" if p99 <= sla else "**MISSES**")
+        rows.append(
+            [
+                g.level or g.prefix,
+                str(x.size),
+                *_percentile_cells(x, level),
+                ms(float(x.mean())),
+                ms(float(x.max())),
+                verdict,
+            ]
+        )
+    headers = ["level", "n", *(f"p{q} ms [95% CI]" for q in LATENCY_QS), "mean ms", "max ms"]
+    headers.append(f"SLA p99 ≤ {ms(sla)} ms" if sla is not None else "SLA")
+    lines += table(headers, rows)
+    lines += [
+        "Level `cN`: closed loop with N clients; `rQ`: open loop at Q requests/s (latency from the "
+        "scheduled send time). The first and last share of requests by send order are trimmed.",
+        "",
+    ]
+    for r in results:
+        lines += payloads.latency_extras(r)
+    staged = [g for _, g in gs if g.stages]
+    if staged:
+        lines += ["Request stage split:", ""]
+        lines += stage_table(staged, "level", lambda g: g.label)
+    lines += figure(ctx, "latency", "latency histogram and CDF with the SLA line")
+    return lines
+
+
+def section_dataloader(ctx: ReportContext) -> list[str]:
+    lines = [SECTIONS[9], ""]
+    results = ctx.of_kind("dataloader")
+    sweep = payloads.loader_sweep(results)
+    if not sweep:
+        return lines + not_measured("no dataloader result (run `mlb dataloader`)")
+    rows = []
+    for p in sweep:
+        rows.append(
+            [
+                p.label,
+                with_ci(p.median, p.low, p.high),
+                *(
+                    f"{num(p.split_ms[s])}" if s in p.split_ms else "–"
+                    for s in ("read", "decode", "transform")
+                ),
+                f"{num(p.cpu_pct)}%" if p.cpu_pct is not None else "not measured",
+                "**knee**" if p.is_knee else "",
+            ]
+        )
+    headers = [
+        "setting",
+        "samples/s [95% CI]",
+        "read ms",
+        "decode ms",
+        "transform ms",
+        "CPU (% of usable)",
+        "",
+    ]
+    lines += table(headers, rows)
+    lines += payloads.loader_extras(results, sweep)
+    lines += figure(ctx, "dataloader", "dataloader sweep with the knee")
+    return lines
