@@ -1,0 +1,73 @@
+"""Statistics for baselines and comparisons: pure NumPy/SciPy, no torch, no I/O.
+
+Every function is deterministic (resampling is seeded, default seed 42) and its docstring names
+the statistical method it implements. Location and spread lead with the median and IQR; mean,
+standard deviation and CV are reported beside them. Percentiles use NumPy's ``"linear"`` method
+(Hyndman & Fan type 7), recorded in results as :data:`PERCENTILE_METHOD`.
+
+A comparison has two gates (see DESIGN.md, "Statistics"): a two-sided Mann-Whitney U test after a
+Holm correction across all compared metrics, AND a bootstrap confidence interval of the ratio of
+medians lying entirely beyond the practical threshold.
+"""
+
+# One package, three modules: the core (summaries, bootstrap, tests, KL, MDE), stability
+# warnings and warm-up detection, and per-metric verdicts. Everything is re-exported here so that
+# `from mlbaseline import stats; stats.X` keeps working for every caller.
+from mlbaseline.stats.core import (  # noqa: F401
+    DEFAULT_SEED,
+    DEFAULT_THRESHOLD,
+    KL_VARIANCE_FLOOR,
+    OUTLIER_IQR_FACTOR,
+    PERCENTILE_FLOORS,
+    PERCENTILE_METHOD,
+    VERDICTS,
+    ArrayLike,
+    Summary,
+    _as_feature_matrix,
+    _as_sample,
+    _bootstrap_quantiles,
+    _check_confidence,
+    _check_q,
+    _check_ratio_inputs,
+    _interval,
+    _kl_normal,
+    _lerp,
+    _median_replicates,
+    _sps,
+    bootstrap_ci,
+    gaussian_kl,
+    gaussian_kl_features,
+    holm,
+    mann_whitney_p,
+    median_ci,
+    min_detectable_effect,
+    percentile,
+    percentile_ci,
+    percentile_key,
+    percentiles,
+    ratio_of_medians_ci,
+    samples_needed,
+    summarize,
+    z_value,
+)
+from mlbaseline.stats.stability import (  # noqa: F401
+    StatWarning,
+    _first_outlier_warning,
+    _iqr_warning,
+    detect_warmup,
+    percentile_floor_warnings,
+    split_half_settled,
+    stability_warnings,
+    windows_stable,
+)
+from mlbaseline.stats.verdicts import (  # noqa: F401
+    MetricComparison,
+    _all_zero,
+    _Raw,
+    _raw_comparison,
+    _settling,
+    _threshold_for,
+    _zero_raw,
+    compare_samples,
+    decide,
+)
