@@ -1,15 +1,21 @@
-"""What every command shares: option types, config loading, error handling, result output.
+"""What every command shares: the command skeleton, option types, config loading, error
+handling, result output.
 
-Human output (rich tables, progress bars) goes to stderr; stdout carries only `--json`.
+A command is its own options plus one call: `@command(NAME)` gives it the shared options (as a
+`CommonOptions`) and one-line errors, `execute` does load → show-config → check → run → render
+→ emit → exit code. Human output (rich tables, progress bars) goes to stderr; stdout carries
+only `--json`.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -25,7 +31,8 @@ from rich.progress import (
 )
 
 from mlbaseline import config as cfgmod
-from mlbaseline.errors import ExitCode, MlbError, OutputExistsError
+from mlbaseline.cli.app import app
+from mlbaseline.errors import ExitCode, MlbError, OutputExistsError, UsageError
 from mlbaseline.progress import NullProgress
 from mlbaseline.results import Result, write_result
 
@@ -200,3 +207,129 @@ def emit(result: Result, output: Path | None, json_out: bool, force: bool, ui: U
 
 def dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=str) + "\n"
+
+
+# ---------------------------------------------------------------- the command skeleton
+
+
+@dataclass(frozen=True)
+class CommonOptions:
+    """The options every command takes (and DATA, for the commands that read data)."""
+
+    config: Path | None = None
+    profile: str | None = None
+    output: Path | None = None
+    json_out: bool = False
+    quiet: bool = False
+    force: bool = False
+    sets: list[str] | None = None
+    show_config: bool = False
+    data: Path | None = None
+
+
+DataAliasOpt = Annotated[
+    Path | None,
+    # the spellings before DATA was a positional argument everywhere: still accepted, not shown
+    typer.Option("--data", "--data-dir", hidden=True, show_default=False),
+]
+_SHARED = {
+    "config": ConfigOpt,
+    "profile": ProfileOpt,
+    "output": OutputOpt,
+    "json_out": JsonOpt,
+    "quiet": QuietOpt,
+    "force": ForceOpt,
+    "sets": SetOpt,
+    "show_config": ShowConfigOpt,
+}
+_DEFAULTS = {f.name: f.default for f in fields(CommonOptions)}
+
+
+def data_argument(help: str) -> Any:
+    """DATA, the data location, as an optional positional argument with `help`; the old
+    spellings stay hidden options, named here so that `--help` still finds them."""
+    help = f"{help} (--data DIR and --data-dir DIR still work.)"
+    return Annotated[Path | None, typer.Argument(help=help, show_default=False, metavar="DATA")]
+
+
+def _shared_params(output: Any, output_default: Any, data: str | None) -> list[inspect.Parameter]:
+    annotations: dict[str, Any] = {**_SHARED, "output": output}
+    if data is not None:
+        annotations = {"data": data_argument(data), "data_alias": DataAliasOpt, **annotations}
+    defaults = {**_DEFAULTS, "output": output_default, "data_alias": None}
+    kind = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(name, kind, annotation=hint, default=defaults[name])
+        for name, hint in annotations.items()
+    ]
+
+
+def _common_from(kwargs: dict[str, Any]) -> CommonOptions:
+    """Take the shared options out of a command's keyword arguments."""
+    data, alias = kwargs.pop("data", None), kwargs.pop("data_alias", None)
+    if data is not None and alias is not None and data != alias:
+        raise UsageError(f"the data location is given twice: {data} and {alias}")
+    shared = {name: kwargs.pop(name) for name in _SHARED}
+    return CommonOptions(**shared, data=data if data is not None else alias)
+
+
+def command(
+    name: str, *, output: Any = OutputOpt, output_default: Any = None, data: str | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register `fn(common, **own)` as `mlb NAME`.
+
+    Typer sees fn's own parameters, then DATA (when `data`, its help, is given; `--data` and
+    `--data-dir` stay as hidden aliases), then the shared options (`output` and
+    `output_default` replace --output's type and default). fn gets them as one
+    `CommonOptions`; a tool error or Ctrl-C anywhere in it is one `Error:` line.
+    """
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()]
+        params = own[1:] + _shared_params(output, output_default, data)
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> None:
+            guarded(lambda: fn(_common_from(kwargs), **kwargs))
+
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        app.command(name)(wrapper)
+        return fn
+
+    return decorate
+
+
+def execute(
+    common: CommonOptions,
+    measure: Callable[[cfgmod.Config, Ui], Result | None],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    prepare: Callable[[cfgmod.Config], None] | None = None,
+    outputs: Sequence[Path | None] | None = None,
+    render: Callable[[Result, Ui], None] | None = None,
+    write: bool = True,
+) -> None:
+    """The body every command shares: load the config (CLI overrides, then --set), print it
+    and exit on --show-config, `prepare` (more input checks), refuse existing `outputs`
+    (default: --output) without --force, make the UI, `measure`, `render`, then emit: write
+    --output and --json, exit with the verdict's code (`write=False`: --json only). A measure
+    that returns None has done its own output: exit 0."""
+    cfg = load_config(common.config, common.profile, common.sets, overrides)
+    if common.show_config:
+        show_config(cfg)
+    if prepare is not None:
+        prepare(cfg)
+    for path in (common.output,) if outputs is None else outputs:
+        check_output(path, common.force)
+    ui = make_ui(common.quiet)
+    result = measure(cfg, ui)
+    if result is None:
+        return
+    if render is not None:
+        render(result, ui)
+    if not write:
+        if common.json_out:
+            sys.stdout.write(result.to_json())
+        raise typer.Exit(int(exit_code_for(result)))
+    emit(result, common.output, common.json_out, common.force, ui)

@@ -10,26 +10,10 @@ import typer
 from rich import box
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    OutputOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    check_output,
-    emit,
-    guarded,
-    load_config,
-    make_ui,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.config import Config
 from mlbaseline.report import comparison as cmp
-from mlbaseline.results import atomic_write_text
+from mlbaseline.results import Result, atomic_write_text
 from mlbaseline.runners.compare_files import run_compare
 
 
@@ -126,52 +110,51 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     ui.print(cmp.summary_line(doc))
 
 
-@app.command("compare")
+OldArg = Annotated[Path, typer.Argument(help="Baseline result JSON.", show_default=False)]
+NewArg = Annotated[Path, typer.Argument(help="Candidate result JSON.", show_default=False)]
+FailOnOpt = Annotated[
+    FailOn | None,
+    typer.Option(
+        "--fail-on",
+        help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
+        "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
+        "also fail). never: exit 0 after any comparison.",
+        show_default=False,
+    ),
+]
+AllowMismatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-mismatch",
+        help="Compare although a blocking environment key differs; every verdict is marked.",
+    ),
+]
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--threshold",
+        help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
+        "in compare.thresholds.",
+        show_default=False,
+    ),
+]
+MarkdownOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--markdown", help="Write a Markdown summary here (for a CI comment).", show_default=False
+    ),
+]
+
+
+@command("compare")
 def compare_command(
-    old: Annotated[Path, typer.Argument(help="Baseline result JSON.", show_default=False)],
-    new: Annotated[Path, typer.Argument(help="Candidate result JSON.", show_default=False)],
-    fail_on: Annotated[
-        FailOn | None,
-        typer.Option(
-            "--fail-on",
-            help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
-            "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
-            "also fail). never: exit 0 after any comparison.",
-            show_default=False,
-        ),
-    ] = None,
-    allow_mismatch: Annotated[
-        bool,
-        typer.Option(
-            "--allow-mismatch",
-            help="Compare although a blocking environment key differs; every verdict is marked.",
-        ),
-    ] = False,
-    threshold: Annotated[
-        float | None,
-        typer.Option(
-            "--threshold",
-            help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
-            "in compare.thresholds.",
-            show_default=False,
-        ),
-    ] = None,
-    markdown: Annotated[
-        Path | None,
-        typer.Option(
-            "--markdown",
-            help="Write a Markdown summary here (for a CI comment).",
-            show_default=False,
-        ),
-    ] = None,
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show: ShowConfigOpt = False,
+    common: CommonOptions,
+    old: OldArg,
+    new: NewArg,
+    fail_on: FailOnOpt = None,
+    allow_mismatch: AllowMismatchOpt = False,
+    threshold: ThresholdOpt = None,
+    markdown: MarkdownOpt = None,
 ) -> None:
     """Compare two results of the same kind, metric by metric, and name the stage that moved.
 
@@ -190,19 +173,13 @@ def compare_command(
         "compare.threshold": threshold,
     }
 
-    def body() -> None:
-        cfg = load_config(config, profile, sets, overrides)
-        if show:
-            show_config(cfg)
-        check_output(output, force)
-        check_output(markdown, force)
-        ui = make_ui(quiet)
-        run = run_compare(old, new, cfg, allow_mismatch=allow_mismatch, progress=ui.progress)
-        doc = run.result.data
-        _show(doc, ui)
-        if markdown is not None:
-            atomic_write_text(markdown, cmp.render_markdown(doc), force=force)
-            ui.print(f"[dim]markdown written to {markdown}[/dim]")
-        emit(run.result, output, json_out, force, ui)
+    def measure(cfg: Config, ui: Ui) -> Result:
+        return run_compare(old, new, cfg, allow_mismatch, ui.progress).result
 
-    guarded(body)
+    def render(result: Result, ui: Ui) -> None:
+        _show(result.data, ui)
+        if markdown is not None:
+            atomic_write_text(markdown, cmp.render_markdown(result.data), force=common.force)
+            ui.print(f"[dim]markdown written to {markdown}[/dim]")
+
+    execute(common, measure, overrides, outputs=(common.output, markdown), render=render)

@@ -8,66 +8,38 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    OutputOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    check_output,
-    emit,
-    guarded,
-    load_config,
-    make_ui,
-    parse_int_list,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute, parse_int_list
+from mlbaseline.config import Config
 from mlbaseline.results import Result, load_result
 from mlbaseline.runners.dataloader import run_dataloader
 
+DATA_HELP = "Image-folder root (DIR/CLASS/IMAGE); default: a generated synthetic tree."
+WorkersOpt = Annotated[
+    str | None,
+    typer.Option("--workers", help="num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs)."),
+]
+BatchesOpt = Annotated[
+    int | None,
+    typer.Option("--batches", help="Measured batches per setting (at least 16 advised)."),
+]
+NoColdOpt = Annotated[bool, typer.Option("--no-cold", help="Skip the cold page-cache pass.")]
+ThroughputResultOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--throughput-result",
+        help="A throughput result: adds the input-bound verdict (data wait / step time).",
+        show_default=False,
+    ),
+]
 
-@app.command("dataloader")
+
+@command("dataloader", data=DATA_HELP)
 def dataloader(
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show_cfg: ShowConfigOpt = False,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir",
-            help="Image-folder root (DIR/CLASS/IMAGE); default: a generated synthetic tree.",
-            show_default=False,
-        ),
-    ] = None,
-    workers: Annotated[
-        str | None,
-        typer.Option("--workers", help="num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs)."),
-    ] = None,
-    batches: Annotated[
-        int | None,
-        typer.Option("--batches", help="Measured batches per setting (at least 16 advised)."),
-    ] = None,
-    no_cold: Annotated[
-        bool, typer.Option("--no-cold", help="Skip the cold page-cache pass.")
-    ] = False,
-    throughput_result: Annotated[
-        Path | None,
-        typer.Option(
-            "--throughput-result",
-            help="A throughput result: adds the input-bound verdict (data wait / step time).",
-            show_default=False,
-        ),
-    ] = None,
+    common: CommonOptions,
+    workers: WorkersOpt = None,
+    batches: BatchesOpt = None,
+    no_cold: NoColdOpt = False,
+    throughput_result: ThroughputResultOpt = None,
 ) -> None:
     """Data-loading baseline: read / decode / transform / collate split, num_workers and
     pin_memory sweeps, cold vs warm page cache, and the worker-count knee.
@@ -80,28 +52,25 @@ def dataloader(
 
     Example: mlb dataloader --workers 0,2,4 -o dl.json
 
-    Example: mlb dataloader --data-dir ./images --no-cold --throughput-result tp.json
+    Example: mlb dataloader ./images --no-cold --throughput-result tp.json
     """
 
-    def body_fn() -> None:
-        overrides: dict[str, Any] = {
-            "dataloader.workers": parse_int_list(workers, "--workers"),
-            "dataloader.batches": batches,
-            "dataloader.cold_cache": False if no_cold else None,
-        }
-        cfg = load_config(config, profile, sets, overrides)
-        if show_cfg:
-            show_config(cfg)
-        tp = None
-        if throughput_result is not None:
-            tp = load_result(throughput_result, kinds=["throughput"])
-        check_output(output, force)
-        ui = make_ui(quiet)
-        result = run_dataloader(cfg, data_dir, ui.progress, tp)
-        render(result, ui)
-        emit(result, output, json_out, force, ui)
+    overrides: dict[str, Any] = {
+        "dataloader.data_dir": None if common.data is None else str(common.data),
+        "dataloader.workers": parse_int_list(workers, "--workers"),
+        "dataloader.batches": batches,
+        "dataloader.cold_cache": False if no_cold else None,
+    }
+    tp: list[Result] = []
 
-    guarded(body_fn)
+    def prepare(cfg: Config) -> None:
+        if throughput_result is not None:
+            tp.append(load_result(throughput_result, kinds=["throughput"]))
+
+    def measure(cfg: Config, ui: Ui) -> Result:
+        return run_dataloader(cfg, None, ui.progress, tp[0] if tp else None)
+
+    execute(common, measure, overrides, prepare=prepare, render=render)
 
 
 def _ms(seconds: float | None) -> str:

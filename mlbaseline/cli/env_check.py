@@ -5,24 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    OutputOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    check_output,
-    emit,
-    guarded,
-    load_config,
-    make_ui,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.config import Config
 from mlbaseline.measure.gpu import default_probe
 from mlbaseline.report.checks import display
 from mlbaseline.results import Check, Result
@@ -78,17 +62,8 @@ def print_summary(ui: Ui, result: Result) -> None:
     ui.print(f"[{style}]verdict: {result.verdict.status}[/{style}] ({line})")
 
 
-@app.command("env-check")
-def env_check(
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show_cfg: ShowConfigOpt = False,
-) -> None:
+@command("env-check")
+def env_check(common: CommonOptions) -> None:
     """Is this machine fit for a baseline now? GPU, CPU, memory and software checks.
 
     GPU cool, idle and big enough; CPU idle; enough RAM; torch, CUDA, cuDNN and driver as
@@ -99,18 +74,11 @@ def env_check(
     Example: mlb env-check --json -o env.json
     """
 
-    def body() -> None:
-        cfg = load_config(config, profile, sets)
-        if show_cfg:
-            show_config(cfg)
-        check_output(output, force)
-        ui = make_ui(quiet)
+    def measure(cfg: Config, ui: Ui) -> Result:
         probe = default_probe()
         try:
-            result = run_env_check(cfg, probe)
+            return run_env_check(cfg, probe)
         finally:
             probe.close()
-        print_summary(ui, result)
-        emit(result, output, json_out, force, ui)
 
-    guarded(body)
+    execute(common, measure, render=lambda result, ui: print_summary(ui, result))

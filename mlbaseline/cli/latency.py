@@ -8,75 +8,55 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    OutputOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    check_output,
-    emit,
-    guarded,
-    load_config,
-    make_ui,
-    parse_int_list,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute, parse_int_list
 from mlbaseline.results import Result
 from mlbaseline.runners.latency import fmt_ms, run_latency
 
+RequestsOpt = Annotated[
+    int | None, typer.Option("--requests", help="Requests per level (default 1000).")
+]
+ConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency", help="Closed loop: N clients; open loop: N workers serving arrivals."
+    ),
+]
+RateOpt = Annotated[
+    float | None,
+    typer.Option("--rate", help="Open loop: Poisson arrivals at QPS requests/s (seeded)."),
+]
+SweepOpt = Annotated[
+    str | None,
+    typer.Option("--sweep", help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee."),
+]
+SlaOpt = Annotated[
+    float | None, typer.Option("--sla-p99-ms", help="SLA: p99 must not exceed MS (150).")
+]
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", help="Endpoint mode: measure this http(s) URL end to end.")
+]
+BodyOpt = Annotated[str | None, typer.Option("--body", help="Endpoint mode: request body text.")]
+BodyFileOpt = Annotated[
+    Path | None, typer.Option("--body-file", help="Endpoint mode: file sent as the body.")
+]
+LoopOpt = Annotated[
+    str | None,
+    typer.Option("--loop", help="auto (open if --rate, else closed), closed, open, or both."),
+]
 
-@app.command("latency")
+
+@command("latency")
 def latency(
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show_cfg: ShowConfigOpt = False,
-    requests: Annotated[
-        int | None, typer.Option("--requests", help="Requests per level (default 1000).")
-    ] = None,
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            "--concurrency", help="Closed loop: N clients; open loop: N workers serving arrivals."
-        ),
-    ] = None,
-    rate: Annotated[
-        float | None,
-        typer.Option("--rate", help="Open loop: Poisson arrivals at QPS requests/s (seeded)."),
-    ] = None,
-    sweep: Annotated[
-        str | None,
-        typer.Option(
-            "--sweep", help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee."
-        ),
-    ] = None,
-    sla_p99_ms: Annotated[
-        float | None, typer.Option("--sla-p99-ms", help="SLA: p99 must not exceed MS (150).")
-    ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option("--url", help="Endpoint mode: measure this http(s) URL end to end."),
-    ] = None,
-    body: Annotated[
-        str | None, typer.Option("--body", help="Endpoint mode: request body text.")
-    ] = None,
-    body_file: Annotated[
-        Path | None, typer.Option("--body-file", help="Endpoint mode: file sent as the body.")
-    ] = None,
-    loop: Annotated[
-        str | None,
-        typer.Option("--loop", help="auto (open if --rate, else closed), closed, open, or both."),
-    ] = None,
+    common: CommonOptions,
+    requests: RequestsOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    rate: RateOpt = None,
+    sweep: SweepOpt = None,
+    sla_p99_ms: SlaOpt = None,
+    url: UrlOpt = None,
+    body: BodyOpt = None,
+    body_file: BodyFileOpt = None,
+    loop: LoopOpt = None,
 ) -> None:
     """Batch-1 request latency under concurrency: p50/p90/p95/p99 with CIs, an SLA verdict.
 
@@ -92,28 +72,18 @@ def latency(
     Example: mlb latency --url http://127.0.0.1:8080/predict --body '{"x": 1}' --sweep 1,2,4
     """
 
-    def body_fn() -> None:
-        overrides: dict[str, Any] = {
-            "latency.requests": requests,
-            "latency.concurrency": concurrency,
-            "latency.rate": rate,
-            "latency.sweep": parse_int_list(sweep, "--sweep"),
-            "latency.sla_p99_s": None if sla_p99_ms is None else sla_p99_ms / 1000.0,
-            "latency.url": url,
-            "latency.body": body,
-            "latency.body_file": None if body_file is None else str(body_file),
-            "latency.loop": loop,
-        }
-        cfg = load_config(config, profile, sets, overrides)
-        if show_cfg:
-            show_config(cfg)
-        check_output(output, force)
-        ui = make_ui(quiet)
-        result = run_latency(cfg, ui.progress)
-        render(result, ui)
-        emit(result, output, json_out, force, ui)
-
-    guarded(body_fn)
+    overrides: dict[str, Any] = {
+        "latency.requests": requests,
+        "latency.concurrency": concurrency,
+        "latency.rate": rate,
+        "latency.sweep": parse_int_list(sweep, "--sweep"),
+        "latency.sla_p99_s": None if sla_p99_ms is None else sla_p99_ms / 1000.0,
+        "latency.url": url,
+        "latency.body": body,
+        "latency.body_file": None if body_file is None else str(body_file),
+        "latency.loop": loop,
+    }
+    execute(common, lambda cfg, ui: run_latency(cfg, ui.progress), overrides, render=render)
 
 
 def _ms(seconds: float | None) -> str:

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    guarded,
-    load_config,
-    make_ui,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, dump_json, execute
+from mlbaseline.config import Config
 from mlbaseline.errors import OutputExistsError, UsageError
 
 DEFAULT_OUT = Path("mlb-report")
@@ -52,49 +38,46 @@ def _print(ui: Ui, output: Any) -> None:
         ui.print(f"[yellow]danger signal:[/yellow] {s.title} — {s.message}")
 
 
-@app.command("report")
+InputsArg = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        help="Result JSON files and/or folders of them (e.g. an `mlb run` folder).",
+        show_default=False,
+    ),
+]
+OutDirOpt = Annotated[
+    Path, typer.Option("--output", "-o", help="Folder for baseline_report.md and figures/.")
+]
+CompareOpt = Annotated[
+    tuple[Path, Path] | None,
+    typer.Option(
+        "--compare",
+        metavar="OLD NEW",
+        help="Render `mlb compare OLD NEW` (verdicts, attribution, forest plot) instead.",
+        show_default=False,
+    ),
+]
+TelemetryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--telemetry",
+        help="Telemetry CSV to show (default: the one the throughput result references).",
+        show_default=False,
+    ),
+]
+AllowMismatchOpt = Annotated[
+    bool,
+    typer.Option("--allow-mismatch", help="With --compare: compare although blocking keys differ."),
+]
+
+
+@command("report", output=OutDirOpt, output_default=DEFAULT_OUT)
 def report_command(
-    inputs: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="Result JSON files and/or folders of them (e.g. an `mlb run` folder).",
-            show_default=False,
-        ),
-    ] = None,
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Folder for baseline_report.md and figures/."),
-    ] = DEFAULT_OUT,
-    compare: Annotated[
-        tuple[Path, Path] | None,
-        typer.Option(
-            "--compare",
-            metavar="OLD NEW",
-            help="Render `mlb compare OLD NEW` (verdicts, attribution, forest plot) instead.",
-            show_default=False,
-        ),
-    ] = None,
-    telemetry: Annotated[
-        Path | None,
-        typer.Option(
-            "--telemetry",
-            help="Telemetry CSV to show (default: the one the throughput result references).",
-            show_default=False,
-        ),
-    ] = None,
-    allow_mismatch: Annotated[
-        bool,
-        typer.Option(
-            "--allow-mismatch", help="With --compare: compare although blocking keys differ."
-        ),
-    ] = False,
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show: ShowConfigOpt = False,
+    common: CommonOptions,
+    inputs: InputsArg = None,
+    compare: CompareOpt = None,
+    telemetry: TelemetryOpt = None,
+    allow_mismatch: AllowMismatchOpt = False,
 ) -> None:
     """Write a Markdown baseline report with PNG figures from result files; never measures.
 
@@ -111,31 +94,37 @@ def report_command(
     Example: mlb report --compare old.json new.json -o compare-report/
     """
 
-    def body() -> None:
-        cfg = load_config(config, profile, sets)
-        if show:
-            show_config(cfg)
+    output = common.output or DEFAULT_OUT
+
+    def prepare(cfg: Config) -> None:
         if compare is not None and inputs:
             raise UsageError("give either result files/folders or --compare OLD NEW, not both")
         if compare is None and not inputs:
             raise UsageError("no input: give result files or folders, or --compare OLD NEW")
         if telemetry is not None and not telemetry.is_file():
             raise UsageError(f"--telemetry {telemetry}: no such file")
-        check_out_dir(output, force)
-        ui = make_ui(quiet)
+        check_out_dir(output, common.force)
+
+    def measure(cfg: Config, ui: Ui) -> None:
         if compare is not None:
-            from mlbaseline.report.render import render_compare_report
-            from mlbaseline.runners.compare_files import run_compare
-
-            run = run_compare(compare[0], compare[1], cfg, allow_mismatch, ui.progress)
-            out = render_compare_report(run.result.data, output, force=force, progress=ui.progress)
+            out = _render_compare(compare, cfg, allow_mismatch, output, common.force, ui)
         else:
-            out = _render(inputs or [], output, telemetry, force, ui)
+            out = _render(inputs or [], output, telemetry, common.force, ui)
         _print(ui, out)
-        if json_out:
-            sys.stdout.write(json.dumps(_summary(out), indent=2, default=str) + "\n")
+        if common.json_out:
+            sys.stdout.write(dump_json(_summary(out)))
 
-    guarded(body)
+    execute(common, measure, prepare=prepare, outputs=())
+
+
+def _render_compare(
+    pair: tuple[Path, Path], cfg: Config, allow_mismatch: bool, output: Path, force: bool, ui: Ui
+) -> Any:
+    from mlbaseline.report.render import render_compare_report
+    from mlbaseline.runners.compare_files import run_compare
+
+    run = run_compare(pair[0], pair[1], cfg, allow_mismatch, ui.progress)
+    return render_compare_report(run.result.data, output, force=force, progress=ui.progress)
 
 
 def _render(inputs: list[Path], output: Path, telemetry: Path | None, force: bool, ui: Ui) -> Any:

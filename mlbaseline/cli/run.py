@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    exit_code_for,
-    guarded,
-    load_config,
-    make_ui,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.config import Config
 from mlbaseline.results import Result
 
 STATUS_STYLE = {"complete": "green", "interrupted": "yellow", "failed": "red"}
@@ -60,45 +45,29 @@ def _print_outcome(ui: Ui, baseline: Result, out_dir: Path, report: Path | None)
         ui.print(f"report: [bold]{escape(str(report))}[/bold]")
 
 
-@app.command("run")
-def run(
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Folder for every result (default: mlb-results/<UTC timestamp>/).",
-            show_default=False,
-        ),
-    ] = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show_cfg: ShowConfigOpt = False,
-    ignore_env: Annotated[
-        bool,
-        typer.Option("--ignore-env", help="Measure even when env-check fails (result marked)."),
-    ] = False,
-    skip: Annotated[
-        str | None,
-        typer.Option(
-            "--skip",
-            help="Phases to leave out, e.g. latency,dataloader.",
-            show_default=False,
-        ),
-    ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            help="Image-folder dataset: a subset is drawn from it and measured.",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
+DATA_HELP = "Image-folder dataset: a subset is drawn from it and measured."
+RunOutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Folder for every result (default: mlb-results/\\<UTC timestamp\\>/).",
+        show_default=False,
+    ),
+]
+IgnoreEnvOpt = Annotated[
+    bool, typer.Option("--ignore-env", help="Measure even when env-check fails (result marked).")
+]
+SkipOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--skip", help="Phases to leave out, e.g. latency,dataloader.", show_default=False
+    ),
+]
+
+
+@command("run", output=RunOutputOpt, data=DATA_HELP)
+def run(common: CommonOptions, ignore_env: IgnoreEnvOpt = False, skip: SkipOpt = None) -> None:
     """The whole baseline in one go: env-check → (subset) → dataloader → throughput → latency →
     report.
 
@@ -111,27 +80,32 @@ def run(
     mlb-results/second/baseline.json)
     """
 
-    def body() -> None:
+    overrides = {"subset.source": str(common.data) if common.data else None}
+    skipped = {s.strip() for s in (skip or "").split(",") if s.strip()}
+    done: dict[str, Any] = {}  # the folder and the report, for the summary
+
+    def measure(cfg: Config, ui: Ui) -> Result:
         from mlbaseline.measure.gpu import default_probe
         from mlbaseline.runners.run import default_output_dir, run_baseline
 
-        overrides = {"subset.source": str(data_dir) if data_dir else None}
-        cfg = load_config(config, profile, sets, overrides)
-        if show_cfg:
-            show_config(cfg)
-        ui = make_ui(quiet)
-        out_dir = output or default_output_dir()
-        skipped = {s.strip() for s in (skip or "").split(",") if s.strip()}
+        done["dir"] = out_dir = common.output or default_output_dir()
         probe = default_probe()
         try:
             outcome = run_baseline(
-                cfg, out_dir, probe, ui.progress, ignore_env=ignore_env, skip=skipped, force=force
+                cfg,
+                out_dir,
+                probe,
+                ui.progress,
+                ignore_env=ignore_env,
+                skip=skipped,
+                force=common.force,
             )
         finally:
             probe.close()
-        if json_out:
-            sys.stdout.write(outcome.baseline.to_json())
-        _print_outcome(ui, outcome.baseline, out_dir, outcome.report_path)
-        raise typer.Exit(int(exit_code_for(outcome.baseline)))
+        done["report"] = outcome.report_path
+        return outcome.baseline
 
-    guarded(body)
+    def render(baseline: Result, ui: Ui) -> None:
+        _print_outcome(ui, baseline, done["dir"], done["report"])
+
+    execute(common, measure, overrides, outputs=(), render=render, write=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,23 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    check_output,
-    emit,
-    guarded,
-    load_config,
-    make_ui,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.config import Config
 from mlbaseline.errors import OutputError, UsageError
 from mlbaseline.results import Result
 from mlbaseline.runners.subset import RESULT_NAME, run_subset
@@ -107,86 +93,86 @@ def _rebase_artifacts(result: Result, out_dir: Path, result_file: Path) -> Resul
     return result
 
 
-@app.command("subset")
+DATA_HELP = "ImageFolder dataset (one sub-folder per class)."
+SubsetDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help=f"Subset folder to create (holds the files, the manifest and {RESULT_NAME}).",
+        show_default=False,
+    ),
+]
+NOpt = Annotated[
+    int | None, typer.Option("--n", "-n", help="Subset size (default: golden.subset_size).", min=1)
+]
+SeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Seed (default: golden.seed, 42).", min=0)
+]
+StrategyOpt = Annotated[
+    Strategy | None,
+    typer.Option(
+        "--strategy",
+        help="proportional: largest remainder by class share (default). balanced: n // k "
+        "per class, remainder to the largest classes.",
+        show_default=False,
+    ),
+]
+LinkOpt = Annotated[
+    Link | None,
+    typer.Option("--link", help="copy (default), hardlink or symlink.", show_default=False),
+]
+ExtractorOpt = Annotated[
+    ExtractorName | None,
+    typer.Option(
+        "--extractor", help="KL features: stats (default) or resnet18.", show_default=False
+    ),
+]
+WeightsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--weights",
+        help="Local resnet18 state dict (else a fixed-seed random init).",
+        show_default=False,
+    ),
+]
+ReferenceMaxOpt = Annotated[
+    int | None,
+    typer.Option("--reference-max", help="Full-set side: at most this many images (10000).", min=1),
+]
+RetriesOpt = Annotated[
+    int | None, typer.Option("--retries", help="Try this many seeds, keep the lowest KL.", min=1)
+]
+KeepCorruptOpt = Annotated[
+    bool, typer.Option("--keep-corrupt", help="Keep images that fail to decode.")
+]
+SaveTensorsOpt = Annotated[
+    bool, typer.Option("--save-tensors", help="Also write baseline_subset.pt (uint8 tensors).")
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print the per-class plan; write nothing.")
+]
+ResultFileOpt = Annotated[
+    Path | None,
+    typer.Option("--result", help="Also write the result JSON here.", show_default=False),
+]
+
+
+@command("subset", output=SubsetDirOpt, data=DATA_HELP)
 def subset_command(
-    source: Annotated[
-        Path | None,
-        typer.Argument(help="ImageFolder dataset (one sub-folder per class).", show_default=False),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help=f"Subset folder to create (holds the files, the manifest and {RESULT_NAME}).",
-            show_default=False,
-        ),
-    ] = None,
-    n: Annotated[
-        int | None,
-        typer.Option("--n", "-n", help="Subset size (default: golden.subset_size).", min=1),
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Seed (default: golden.seed, 42).", min=0)
-    ] = None,
-    strategy: Annotated[
-        Strategy | None,
-        typer.Option(
-            "--strategy",
-            help="proportional: largest remainder by class share (default). balanced: n // k "
-            "per class, remainder to the largest classes.",
-            show_default=False,
-        ),
-    ] = None,
-    link: Annotated[
-        Link | None,
-        typer.Option("--link", help="copy (default), hardlink or symlink.", show_default=False),
-    ] = None,
-    extractor: Annotated[
-        ExtractorName | None,
-        typer.Option(
-            "--extractor", help="KL features: stats (default) or resnet18.", show_default=False
-        ),
-    ] = None,
-    weights: Annotated[
-        Path | None,
-        typer.Option(
-            "--weights",
-            help="Local resnet18 state dict (else a fixed-seed random init).",
-            show_default=False,
-        ),
-    ] = None,
-    reference_max: Annotated[
-        int | None,
-        typer.Option(
-            "--reference-max", help="Full-set side: at most this many images (10000).", min=1
-        ),
-    ] = None,
-    retries: Annotated[
-        int | None,
-        typer.Option("--retries", help="Try this many seeds, keep the lowest KL.", min=1),
-    ] = None,
-    keep_corrupt: Annotated[
-        bool, typer.Option("--keep-corrupt", help="Keep images that fail to decode.")
-    ] = False,
-    save_tensors: Annotated[
-        bool,
-        typer.Option("--save-tensors", help="Also write baseline_subset.pt (uint8 tensors)."),
-    ] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the per-class plan; write nothing.")
-    ] = False,
-    result_file: Annotated[
-        Path | None,
-        typer.Option("--result", help="Also write the result JSON here.", show_default=False),
-    ] = None,
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show: ShowConfigOpt = False,
+    common: CommonOptions,
+    n: NOpt = None,
+    seed: SeedOpt = None,
+    strategy: StrategyOpt = None,
+    link: LinkOpt = None,
+    extractor: ExtractorOpt = None,
+    weights: WeightsOpt = None,
+    reference_max: ReferenceMaxOpt = None,
+    retries: RetriesOpt = None,
+    keep_corrupt: KeepCorruptOpt = False,
+    save_tensors: SaveTensorsOpt = False,
+    dry_run: DryRunOpt = False,
+    result_file: ResultFileOpt = None,
 ) -> None:
     """Draw a stratified, reproducible subset of an image-folder dataset and check with a
     Gaussian KL test that it represents the full set.
@@ -211,29 +197,31 @@ def subset_command(
         "subset.retries": retries,
         "subset.keep_corrupt": True if keep_corrupt else None,
         "subset.save_tensors": True if save_tensors else None,
-        "subset.source": str(source) if source else None,
+        "subset.source": str(common.data) if common.data else None,
     }
+    folder = common.output  # -o is the subset folder; the result JSON goes to --result
+    common = replace(common, output=result_file)
 
-    def body() -> None:
-        cfg = load_config(config, profile, sets, overrides)
-        if show:
-            show_config(cfg)
+    def prepare(cfg: Config) -> None:
         if dry_run and result_file is not None:
             raise UsageError("--dry-run writes nothing: drop --result (use --json to see it)")
-        check_output(result_file, force)
-        src = Path(cfg.subset.source) if cfg.subset.source else None
-        if (
-            result_file is not None
-            and src is not None
-            and src.exists()
-            and result_file.resolve().is_relative_to(src.resolve())
-        ):
-            raise OutputError(f"{result_file}: inside the source tree; choose another path")
-        ui = make_ui(quiet)
-        result = run_subset(cfg, src, output, ui.progress, dry_run=dry_run, force=force)
-        _show(result, ui, all_rows=dry_run)
-        if result_file is not None and output is not None:
-            _rebase_artifacts(result, output, result_file)
-        emit(result, result_file, json_out, force, ui)
+        _refuse_inside_source(result_file, cfg.subset.source)
 
-    guarded(body)
+    def measure(cfg: Config, ui: Ui) -> Result:
+        src = Path(cfg.subset.source) if cfg.subset.source else None
+        return run_subset(cfg, src, folder, ui.progress, dry_run=dry_run, force=common.force)
+
+    def render(result: Result, ui: Ui) -> None:
+        _show(result, ui, all_rows=dry_run)
+        if result_file is not None and folder is not None:
+            _rebase_artifacts(result, folder, result_file)
+
+    execute(common, measure, overrides, prepare=prepare, render=render)
+
+
+def _refuse_inside_source(result_file: Path | None, source: str | None) -> None:
+    src = Path(source) if source else None
+    if result_file is None or src is None or not src.exists():
+        return
+    if result_file.resolve().is_relative_to(src.resolve()):
+        raise OutputError(f"{result_file}: inside the source tree; choose another path")

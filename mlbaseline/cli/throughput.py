@@ -10,25 +10,9 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from mlbaseline.cli.app import app
-from mlbaseline.cli.common import (
-    ConfigOpt,
-    ForceOpt,
-    JsonOpt,
-    OutputOpt,
-    ProfileOpt,
-    QuietOpt,
-    SetOpt,
-    ShowConfigOpt,
-    Ui,
-    check_output,
-    emit,
-    guarded,
-    load_config,
-    make_ui,
-    parse_int_list,
-    show_config,
-)
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute, parse_int_list
+from mlbaseline.config import Config
+from mlbaseline.errors import UsageError
 from mlbaseline.results import Result
 
 STAGE_ABBREV = {
@@ -123,58 +107,58 @@ def print_summary(ui: Ui, result: Result) -> None:
         )
 
 
-@app.command("throughput")
+DATA_HELP = (
+    "Image-folder dataset to measure on (sets workload.dataset imagefolder and "
+    "workload.data_dir); default: the profile's dataset."
+)
+BatchSizesOpt = Annotated[
+    str | None,
+    typer.Option("--batch-sizes", help="Batch-size sweep, e.g. 32,64,128.", show_default=False),
+]
+ModeOpt = Annotated[
+    str | None, typer.Option("--mode", help="train, inference or both.", show_default=False)
+]
+NprocOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--nproc",
+        help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
+        show_default=False,
+        min=1,
+    ),
+]
+RepeatsOpt = Annotated[
+    int | None,
+    typer.Option("--repeats", help="Fresh-process replicates, pooled.", show_default=False, min=1),
+]
+MinTimeOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--min-time",
+        help="Stop rule: measure at least this many seconds.",
+        show_default=False,
+        min=0,
+    ),
+]
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N.", show_default=False)
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="Model override, e.g. torchvision:resnet50.", show_default=False),
+]
+
+
+@command("throughput", data=DATA_HELP)
 def throughput(
-    config: ConfigOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    sets: SetOpt = None,
-    show_cfg: ShowConfigOpt = False,
-    batch_sizes: Annotated[
-        str | None,
-        typer.Option("--batch-sizes", help="Batch-size sweep, e.g. 32,64,128.", show_default=False),
-    ] = None,
-    mode: Annotated[
-        str | None,
-        typer.Option("--mode", help="train, inference or both.", show_default=False),
-    ] = None,
-    nproc: Annotated[
-        int | None,
-        typer.Option(
-            "--nproc",
-            help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
-            show_default=False,
-            min=1,
-        ),
-    ] = None,
-    repeats: Annotated[
-        int | None,
-        typer.Option(
-            "--repeats", help="Fresh-process replicates, pooled.", show_default=False, min=1
-        ),
-    ] = None,
-    min_time: Annotated[
-        float | None,
-        typer.Option(
-            "--min-time",
-            help="Stop rule: measure at least this many seconds.",
-            show_default=False,
-            min=0,
-        ),
-    ] = None,
-    device: Annotated[
-        str | None,
-        typer.Option("--device", help="auto, cpu, cuda or cuda:N.", show_default=False),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model", help="Model override, e.g. torchvision:resnet50.", show_default=False
-        ),
-    ] = None,
+    common: CommonOptions,
+    batch_sizes: BatchSizesOpt = None,
+    mode: ModeOpt = None,
+    nproc: NprocOpt = None,
+    repeats: RepeatsOpt = None,
+    min_time: MinTimeOpt = None,
+    device: DeviceOpt = None,
+    model: ModelOpt = None,
 ) -> None:
     """Training and inference throughput, stage by stage, over a batch-size sweep.
 
@@ -189,43 +173,39 @@ def throughput(
     Example: mlb throughput --batch-sizes 8,16 --mode train -o tp.json
     """
 
-    def body() -> None:
-        if mode is not None and mode not in ("train", "inference", "both"):
-            from mlbaseline.errors import UsageError
+    if mode is not None and mode not in ("train", "inference", "both"):
+        raise UsageError(f"--mode: '{mode}' is not one of train, inference, both")
+    overrides = {
+        "throughput.batch_sizes": parse_int_list(batch_sizes, "--batch-sizes"),
+        "throughput.mode": mode,
+        "throughput.nproc": nproc,
+        "throughput.repeats": repeats,
+        "throughput.min_time_s": min_time,
+        "workload.device": device,
+        "workload.model": model,
+        **_data_overrides(common.data),
+    }
+    output = common.output
+    name = telemetry_name(output) if output is not None else "telemetry.csv"
+    outputs = (output, None if output is None else output.parent / name)
 
-            raise UsageError(f"--mode: '{mode}' is not one of train, inference, both")
-        overrides = {
-            "throughput.batch_sizes": parse_int_list(batch_sizes, "--batch-sizes"),
-            "throughput.mode": mode,
-            "throughput.nproc": nproc,
-            "throughput.repeats": repeats,
-            "throughput.min_time_s": min_time,
-            "workload.device": device,
-            "workload.model": model,
-        }
-        cfg = load_config(config, profile, sets, overrides)
-        if show_cfg:
-            show_config(cfg)
-        check_output(output, force)
-        name = telemetry_name(output) if output is not None else "telemetry.csv"
-        if output is not None:
-            check_output(output.parent / name, force)
-        ui = make_ui(quiet)
+    def measure(cfg: Config, ui: Ui) -> Result:
         from mlbaseline.measure.gpu import default_probe
         from mlbaseline.runners.throughput import run_throughput
 
         probe = default_probe()
         try:
-            result = run_throughput(
-                cfg,
-                ui.progress,
-                probe,
-                output.parent if output is not None else None,
-                telemetry_name=name,
-            )
+            folder = output.parent if output is not None else None
+            return run_throughput(cfg, ui.progress, probe, folder, telemetry_name=name)
         finally:
             probe.close()
-        print_summary(ui, result)
-        emit(result, output, json_out, force, ui)
 
-    guarded(body)
+    render = lambda result, ui: print_summary(ui, result)  # noqa: E731
+    execute(common, measure, overrides, outputs=outputs, render=render)
+
+
+def _data_overrides(data: Path | None) -> dict[str, Any]:
+    """DATA: measure on that image folder instead of the profile's dataset."""
+    if data is None:
+        return {}
+    return {"workload.dataset": "imagefolder", "workload.data_dir": str(data)}
