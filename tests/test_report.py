@@ -604,3 +604,50 @@ def test_gpu_signals_judge_the_recorded_training_windows():
     assert any(
         s.fired for s in _of(signals.compute_signals([r], telemetry(gpu=series)), "gpu_sawtooth")
     )
+
+
+def test_formatting_keeps_the_report_and_comparison_texts():
+    from mlbaseline import formatting as f
+
+    assert (f.number(1234.5), f.number(0.01234), f.number(None), f.number(0)) == (
+        "1,234",
+        "0.0123",
+        "–",
+        "0",
+    )
+    assert (f.milliseconds(0.01234), f.milliseconds(0.01234, style="general")) == ("12.3", "12.3")
+    assert (f.percent(0.1234), f.percent(0.99, 0, missing="?"), f.percent(None)) == (
+        "12.3%",
+        "99%",
+        "–",
+    )
+    assert (f.signed_percent(0.06), f.signed_percent(-1e-5), f.share_percent(-0.001)) == (
+        "+6.0%",
+        "+0.0%",
+        "0%",
+    )
+    assert f.interval_percent([0.049, 0.071]) == "[4.9, 7.1]"
+    assert f.interval_percent([None, 0.1]) == "[n/a]"
+    assert (f.size(2.5e6), f.size(2.5e6, ".1f", missing="-"), f.size(512)) == (
+        "2.38 MiB",
+        "2.4 MiB",
+        "512 B",
+    )
+    assert (f.value(0.0123, "s"), f.value(2.5e6, "B"), f.value(-0.002, "s", signed=True)) == (
+        "12.3 ms",
+        "2.38 MiB",
+        "-2 ms",
+    )
+    assert (f.value(1234.5, "items/s", signed=True), f.value(None, "s")) == ("+1234/s", "n/a")
+    assert (f.p_value(0.0004), f.p_value(0.0123), f.gigabytes(16e9)) == (
+        "<0.001",
+        "0.012",
+        "16.0 GB",
+    )
+    assert f.with_ci(12.345, 11.9, 12.8) == "12.3 [11.9, 12.8]"
+    assert f.markdown_table(["a", "b"], [[1, "x|y"]], "lr") == [
+        "| a | b |",
+        "|---|---:|",
+        "| 1 | x\\|y |",
+    ]
+    assert f.markdown_table(["a"], [])[1] == "|---|"
