@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from mlbaseline import formatting
 from mlbaseline.config import Config
 
 GB = 1e9  # thresholds in config are decimal GB, like the numbers printed on cards and DIMMs
 
 
 def _gb(n: float | None) -> str:
-    return "?" if n is None else f"{n / GB:.1f} GB"
+    return formatting.gigabytes(n)
 
 
 def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{100 * x:.0f}%"
+    return formatting.percent(x, 0, missing="?")
 
 
 def _onoff(flag: bool | None) -> str:
