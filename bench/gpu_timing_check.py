@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
     from mlbaseline.config import resolve
+    from mlbaseline.measure.step import Batches, TrainStep
     from mlbaseline.measure.timers import CudaStageTimer
-    from mlbaseline.runners.throughput import Batches, TrainStep, make_loader
+    from mlbaseline.runners.sweep import make_loader
     from mlbaseline.workloads.factory import (
         build_dataset,
         build_loss,

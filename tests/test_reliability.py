@@ -843,10 +843,10 @@ def fault_permission_denied_folder(c: Ctx) -> None:
 
 
 def fault_ctrl_c_throughput(c: Ctx) -> None:
-    import mlbaseline.runners.throughput as tp
+    from mlbaseline.measure.step import TrainStep
 
     c.monkeypatch.setattr(
-        tp.TrainStep, "__call__", calls_then(tp.TrainStep.__call__, 4, KeyboardInterrupt())
+        TrainStep, "__call__", calls_then(TrainStep.__call__, 4, KeyboardInterrupt())
     )
     out = c.tmp / "tp.json"
     res = runner.invoke(app, ["throughput", *SETS, "-q", "-o", str(out)])

@@ -38,28 +38,15 @@ from mlbaseline.errors import HardwareUnavailableError, MlbError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import resolve_device, set_determinism
 from mlbaseline.measure.gpu import GpuProbe, default_probe
-from mlbaseline.measure.pooling import group_summary, pool_metrics, pool_replicates
-from mlbaseline.measure.step import (
-    DIST_STAGES,
-    TRAIN_STAGES,
-    Batches,
-    Parallel,
-    SingleProcess,
-    StepRecord,
-    TrainRun,
-    TrainStep,
-    free_memory,
-    is_oom,
-)
+from mlbaseline.measure.pooling import pool_replicates
+from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, free_memory
 from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.measure.timers import make_timer
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Result, result_from_dict
 from mlbaseline.runners.sweep import (
-    InferRun,
     SweepState,
     infer_one_size,
-    make_loader,
     train_one_size,
 )
 from mlbaseline.workloads.factory import build_dataset
@@ -490,20 +477,7 @@ def _parse_child(out: str) -> Result | None:
 __all__ = [
     "DIST_STAGES",
     "TRAIN_STAGES",
-    "Batches",
-    "InferRun",
-    "Parallel",
-    "SingleProcess",
-    "StepRecord",
-    "TrainRun",
-    "TrainStep",
-    "group_summary",
-    "infer_one_size",
-    "is_oom",
-    "make_loader",
     "make_sampler",
-    "pool_metrics",
     "run_replicates",
     "run_throughput",
-    "train_one_size",
 ]
