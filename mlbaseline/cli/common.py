@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -29,6 +31,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
 
 from mlbaseline import config as cfgmod
 from mlbaseline.cli.app import app
@@ -203,6 +206,37 @@ def emit(result: Result, output: Path | None, json_out: bool, force: bool, ui: U
     if result.status != "complete":
         ui.print(f"[red]status: {result.status}[/red] {'; '.join(result.notes)}")
     raise typer.Exit(int(exit_code_for(result)))
+
+
+def compact_table(title: str, caption: str | None = None) -> Table:
+    """A table for an 80-column log: a rule under the header, one space between columns and no
+    side borders, so that columns set `no_wrap` (figures, verdicts) fit uncut."""
+    return Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+    )
+
+
+class Notes:
+    """Reasons too long for an 80-column table cell: the cell gets a mark `[n]`, the reason
+    goes under the table as `[n] reason` (one number per distinct reason)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def mark(self, reason: str) -> str:
+        if reason not in self.texts:
+            self.texts.append(reason)
+        return f"[{self.texts.index(reason) + 1}]"
+
+    def print(self, ui: Ui) -> None:
+        for i, text in enumerate(self.texts, 1):
+            ui.print(escape(f"[{i}] {text}"))
 
 
 def dump_json(obj: Any) -> str:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.cli.common import CommonOptions, Notes, Ui, command, compact_table, execute
 from mlbaseline.config import Config
 from mlbaseline.report import comparison as cmp
 from mlbaseline.results import Result, atomic_write_text
@@ -26,31 +26,32 @@ class FailOn(StrEnum):
 _STYLE = {"regressed": "red", "improved": "green", "unchanged": "", "inconclusive": "yellow"}
 
 
-def _table(title: str, caption: str) -> Table:
-    return Table(
-        title=title,
-        caption=caption,
-        title_justify="left",
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-
-
 def _prefix(metric: dict[str, Any]) -> str:
     return metric.get("group") or metric["metric"].rpartition(".")[0]
 
 
-def _metric_table(doc: dict[str, Any]) -> Table:
-    """Metrics under a row per group prefix, so names stay short enough for an 80-column log."""
+def _verdict_cell(r: dict[str, str], notes: Notes) -> str:
+    """The verdict word (and † when compared across a blocking difference) in the cell; its
+    reason, e.g. `need ~437 repl./side`, as a numbered note under the table."""
+    text = r["verdict"].removesuffix(" †")
+    cell = r["status"] + r["verdict"][len(text) :]
+    reason = text[len(r["status"]) :].strip().removeprefix("(").removesuffix(")")
+    if reason:
+        cell += f" {escape(notes.mark(reason))}"
+    style = _STYLE[r["status"]]
+    return f"[{style}]{cell}[/{style}]" if style else cell
+
+
+def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
+    """Metrics under a row per group prefix, so names stay short enough for an 80-column log;
+    no cell wraps or is cut (reasons go to `notes`)."""
     conf = round(100 * doc["settings"]["confidence"])
     title = f"{doc['old']['label']} → {doc['new']['label']}"
-    table = _table(title, caption="p: two-sided Mann-Whitney U, Holm-adjusted")
+    table = compact_table(title, caption="p: two-sided Mann-Whitney U, Holm-adjusted")
     table.add_column("metric", no_wrap=True)  # never cut: a truncated name is useless
     for header in ("old", "new", "Δ%", f"{conf}% CI", "p"):
-        table.add_column(header, justify="right", overflow="fold", no_wrap="CI" in header)
-    table.add_column("verdict", overflow="fold")
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     group = None
     for m, r in zip(doc["metrics"], cmp.table_rows(doc), strict=True):
         prefix = _prefix(m)
@@ -58,19 +59,18 @@ def _metric_table(doc: dict[str, Any]) -> Table:
             group = prefix
             table.add_row(f"[bold]{prefix}[/bold]" if prefix else "")
         name = m["metric"][len(prefix) :] if prefix else m["metric"]
-        style = _STYLE[r["status"]]
-        verdict = f"[{style}]{r['verdict']}[/{style}]" if style else r["verdict"]
-        table.add_row(f"  {name}", r["old"], r["new"], r["delta"], r["ci"], r["p"], verdict)
+        cells = (r["old"], r["new"], r["delta"], r["ci"], r["p"])
+        table.add_row(f"  {name}", *cells, _verdict_cell(r, notes))
     return table
 
 
 def _stage_table(a: dict[str, Any]) -> Table:
     title = f"attribution: {a['total']} (Δ {cmp.format_value(a['delta'], a['unit'], True)})"
-    table = _table(title, caption=f"CI: {cmp.ATTRIBUTION_METHOD}")
+    table = compact_table(title, caption=f"CI: {cmp.ATTRIBUTION_METHOD}")
     table.add_column("stage", no_wrap=True)
     for header in ("Δ", "Δ/old total", "CI", "share"):
-        table.add_column(header, justify="right", overflow="fold")
-    table.add_column("verdict", overflow="fold")
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     for r in cmp.stage_rows(a):
         table.add_row(r["stage"], r["delta"], r["pct"], r["ci"], r["share"], r["verdict"])
     return table
@@ -79,7 +79,9 @@ def _stage_table(a: dict[str, Any]) -> Table:
 def _show(doc: dict[str, Any], ui: Ui) -> None:
     if ui.quiet:
         return
-    ui.print(_metric_table(doc))
+    notes = Notes()
+    ui.print(_metric_table(doc, notes))
+    notes.print(ui)
     if doc["blocking_differences"]:
         ui.print(
             "[red]† not comparable, compared anyway (--allow-mismatch):[/red] "

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from mlbaseline.cli.common import CommonOptions, Ui, command, execute, parse_int_list
+from mlbaseline.cli.common import (
+    CommonOptions,
+    Ui,
+    command,
+    compact_table,
+    execute,
+    parse_int_list,
+)
+from mlbaseline.formatting import milliseconds
 from mlbaseline.results import Result
 from mlbaseline.runners.latency import fmt_ms, run_latency
 
@@ -87,21 +95,19 @@ def latency(
 
 
 def _ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1e3:.3g}"
+    return milliseconds(seconds, 3)  # never scientific: '1,876', not '1.88e+03'
 
 
-def render(result: Result, ui: Ui) -> None:
-    """The distribution per level, the stage split, and the sweep/rate/omission lines."""
-    if ui.quiet:
-        return
-    levels = result.data.get("levels", {})
-    table = Table(title="latency per request, ms (CIs in the result file)", title_justify="left")
+def _tables(levels: dict[str, Any]) -> tuple[Table, Table]:
+    """Per level: the distribution (a p99 CI and the SLA verdict) and the stage split; every
+    figure whole, so that both fit 80 columns (`compact_table`, all columns `no_wrap`)."""
+    table = compact_table("latency per request, ms (CIs in the result file)")
     for col in ("level", "n", "p50", "p90", "p95", "p99", "p99 CI", "mean", "max", "err"):
-        table.add_column(col, justify="left" if col == "level" else "right")
-    table.add_column("SLA")
-    stages = Table(title="stage split, ms: median / p99", title_justify="left")
+        table.add_column(col, justify="left" if col == "level" else "right", no_wrap=True)
+    table.add_column("SLA", no_wrap=True)
+    stages = compact_table("stage split, ms: median/p99")
     for col in ("level", "queue", "preprocess", "compute", "postprocess", "residual"):
-        stages.add_column(col, justify="left" if col == "level" else "right")
+        stages.add_column(col, justify="left" if col == "level" else "right", no_wrap=True)
     for key, lv in levels.items():
         st = lv.get("stats")
         errors = str(lv["errors"]["count"])
@@ -111,14 +117,24 @@ def render(result: Result, ui: Ui) -> None:
             continue
         points = [_ms(st[k]["value"]) for k in ("p50", "p90", "p95", "p99")]
         lo, hi = st["p99"]["ci"]
-        ci = f"{lo * 1e3:.2g}–{hi * 1e3:.2g}"
+        ci = f"{milliseconds(lo, 2)}–{milliseconds(hi, 2)}"
         tail = [_ms(st["mean"]["value"]), _ms(st["max"]["value"]), errors, verdict]
         table.add_row(key, str(st["n"]), *points, ci, *tail)
         split = lv["stages"]
-        cells = [f"{v['median'] * 1e3:.2g} / {v['p99'] * 1e3:.2g}" for v in split.values()]
+        cells = [
+            f"{milliseconds(v['median'], 2)}/{milliseconds(v['p99'], 2)}" for v in split.values()
+        ]
         stages.add_row(key, *cells)
-    ui.print(table)
-    ui.print(stages)
+    return table, stages
+
+
+def render(result: Result, ui: Ui) -> None:
+    """The distribution per level, the stage split, and the sweep/rate/omission lines."""
+    if ui.quiet:
+        return
+    levels = result.data.get("levels", {})
+    for table in _tables(levels):
+        ui.print(table)
     for key, lv in levels.items():
         if lv["loop"] == "open":
             ui.print(
