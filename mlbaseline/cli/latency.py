@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from mlbaseline.cli.common import (
@@ -98,34 +99,60 @@ def _ms(seconds: float | None) -> str:
     return milliseconds(seconds, 3)  # never scientific: '1,876', not '1.88e+03'
 
 
-def _tables(levels: dict[str, Any]) -> tuple[Table, Table]:
-    """Per level: the distribution (a p99 CI and the SLA verdict) and the stage split; every
-    figure whole, so that both fit 80 columns (`compact_table`, all columns `no_wrap`)."""
-    table = compact_table("latency per request, ms (CIs in the result file)")
-    for col in ("level", "n", "p50", "p90", "p95", "p99", "p99 CI", "mean", "max", "err"):
-        table.add_column(col, justify="left" if col == "level" else "right", no_wrap=True)
-    table.add_column("SLA", no_wrap=True)
+COLUMNS = ("level", "n", "p50", "p90", "p95", "p99", "p99 CI", "mean", "max", "err", "SLA")
+OPTIONAL = ("mean", "max")  # dropped, in this order, when the table would not fit the console
+
+
+def _rows(levels: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for key, lv in levels.items():
+        st = lv.get("stats")
+        row = dict.fromkeys(COLUMNS, "–") | {"level": key, "n": "0"}
+        row["err"] = str(lv["errors"]["count"])
+        row["SLA"] = "[green]ok[/green]" if lv["sla"]["met"] else "[red]MISS[/red]"
+        if st is not None:
+            row |= {k: _ms(st[k]["value"]) for k in ("p50", "p90", "p95", "p99", "mean", "max")}
+            lo, hi = st["p99"]["ci"]
+            row |= {"n": str(st["n"]), "p99 CI": f"{milliseconds(lo, 2)}–{milliseconds(hi, 2)}"}
+        rows.append(row)
+    return rows
+
+
+def _level_table(rows: list[dict[str, str]], width: int) -> Table:
+    """The distribution per level, every figure whole: optional columns go before any cell
+    would be cut."""
+    dropped: list[str] = []
+    while True:
+        table = compact_table("latency per request, ms (CIs in the result file)")
+        columns = [c for c in COLUMNS if c not in dropped]
+        for col in columns:
+            table.add_column(col, justify="left" if col in ("level", "SLA") else "right")
+            table.columns[-1].no_wrap = True
+        for row in rows:
+            table.add_row(*(row[c] for c in columns))
+        if len(dropped) == len(OPTIONAL) or _width(table) <= width:
+            return table
+        dropped.append(OPTIONAL[len(dropped)])
+
+
+def _width(table: Table) -> int:
+    """The table's natural width (measured on a console wide enough not to limit it)."""
+    return Console(width=10_000).measure(table).maximum
+
+
+def _stage_table(levels: dict[str, Any]) -> Table:
     stages = compact_table("stage split, ms: median/p99")
     for col in ("level", "queue", "preprocess", "compute", "postprocess", "residual"):
         stages.add_column(col, justify="left" if col == "level" else "right", no_wrap=True)
     for key, lv in levels.items():
-        st = lv.get("stats")
-        errors = str(lv["errors"]["count"])
-        verdict = "[green]ok[/green]" if lv["sla"]["met"] else "[red]MISS[/red]"
-        if st is None:
-            table.add_row(key, "0", *["–"] * 7, errors, verdict)
+        if lv.get("stats") is None:
             continue
-        points = [_ms(st[k]["value"]) for k in ("p50", "p90", "p95", "p99")]
-        lo, hi = st["p99"]["ci"]
-        ci = f"{milliseconds(lo, 2)}–{milliseconds(hi, 2)}"
-        tail = [_ms(st["mean"]["value"]), _ms(st["max"]["value"]), errors, verdict]
-        table.add_row(key, str(st["n"]), *points, ci, *tail)
-        split = lv["stages"]
         cells = [
-            f"{milliseconds(v['median'], 2)}/{milliseconds(v['p99'], 2)}" for v in split.values()
+            f"{milliseconds(v['median'], 2)}/{milliseconds(v['p99'], 2)}"
+            for v in lv["stages"].values()
         ]
         stages.add_row(key, *cells)
-    return table, stages
+    return stages
 
 
 def render(result: Result, ui: Ui) -> None:
@@ -133,8 +160,8 @@ def render(result: Result, ui: Ui) -> None:
     if ui.quiet:
         return
     levels = result.data.get("levels", {})
-    for table in _tables(levels):
-        ui.print(table)
+    ui.print(_level_table(_rows(levels), ui.console.width))
+    ui.print(_stage_table(levels))
     for key, lv in levels.items():
         if lv["loop"] == "open":
             ui.print(
