@@ -235,3 +235,10 @@ def test_kept_count_matches_the_trim():
         t = trim_by_send_order([R(i) for i in range(n)], 0.05)
         assert len(t.kept) == _kept(n, 0.05)
     assert math.isclose(_kept(1000, 0.05), 900)
+
+
+def test_demo_leaves_a_core_free_of_compute():
+    """torch's default thread count takes every core: on the CPU demo the cpu_saturated signal
+    would fire by the profile's own construction (and the sampler would have no core)."""
+    cfg = config.resolve(profile="demo")
+    assert cfg.workload.device == "cpu" and cfg.workload.threads == 1
