@@ -319,12 +319,16 @@ def command(
     """
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
-        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()]
-        params = own[1:] + _shared_params(output, output_default, data)
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]  # not common
+        params = own + _shared_params(output, output_default, data)
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> None:
-            guarded(lambda: fn(_common_from(kwargs), **kwargs))
+            def body() -> None:
+                common = _common_from(kwargs)  # leaves fn's own arguments in kwargs
+                fn(common, **kwargs)
+
+            guarded(body)
 
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
