@@ -15,9 +15,9 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar, get_type_hints
 
 import typer
 from rich import box
@@ -307,26 +307,45 @@ def _common_from(kwargs: dict[str, Any]) -> CommonOptions:
     return CommonOptions(**shared, data=data if data is not None else alias)
 
 
+def _own_params(cls: type) -> list[inspect.Parameter]:
+    """Typer parameters from the fields of a command's options dataclass, in field order (each
+    field annotated as Typer wants a parameter: `Annotated[int | None, typer.Option(...)]`)."""
+    hints = get_type_hints(cls, include_extras=True)
+    kind = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(
+            f.name,
+            kind,
+            annotation=hints[f.name],
+            default=inspect.Parameter.empty if f.default is MISSING else f.default,
+        )
+        for f in fields(cls)
+    ]
+
+
 def command(
     name: str, *, output: Any = OutputOpt, output_default: Any = None, data: str | None = None
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register `fn(common, **own)` as `mlb NAME`.
+    """Register `fn(common)` or `fn(common, opts)` as `mlb NAME`.
 
-    Typer sees fn's own parameters, then DATA (when `data`, its help, is given; `--data` and
+    `opts` is annotated with the command's options dataclass (fields annotated as Typer
+    parameters). Typer sees those, then DATA (when `data`, its help, is given; `--data` and
     `--data-dir` stay as hidden aliases), then the shared options (`output` and
     `output_default` replace --output's type and default). fn gets them as one
-    `CommonOptions`; a tool error or Ctrl-C anywhere in it is one `Error:` line.
+    `CommonOptions` and one options object; a tool error or Ctrl-C anywhere in it is one
+    `Error:` line.
     """
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]  # not common
-        params = own + _shared_params(output, output_default, data)
+        cls = own[0].annotation if own and is_dataclass(own[0].annotation) else None
+        params = (_own_params(cls) if cls else own) + _shared_params(output, output_default, data)
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> None:
             def body() -> None:
-                common = _common_from(kwargs)  # leaves fn's own arguments in kwargs
-                fn(common, **kwargs)
+                common = _common_from(kwargs)  # leaves the command's own options in kwargs
+                fn(common, cls(**kwargs)) if cls else fn(common, **kwargs)
 
             guarded(body)
 

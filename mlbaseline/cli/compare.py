@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -112,52 +113,48 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     ui.print(cmp.summary_line(doc))
 
 
-OldArg = Annotated[Path, typer.Argument(help="Baseline result JSON.", show_default=False)]
-NewArg = Annotated[Path, typer.Argument(help="Candidate result JSON.", show_default=False)]
-FailOnOpt = Annotated[
-    FailOn | None,
-    typer.Option(
-        "--fail-on",
-        help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
-        "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
-        "also fail). never: exit 0 after any comparison.",
-        show_default=False,
-    ),
-]
-AllowMismatchOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-mismatch",
-        help="Compare although a blocking environment key differs; every verdict is marked.",
-    ),
-]
-ThresholdOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--threshold",
-        help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
-        "in compare.thresholds.",
-        show_default=False,
-    ),
-]
-MarkdownOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--markdown", help="Write a Markdown summary here (for a CI comment).", show_default=False
-    ),
-]
+@dataclass(frozen=True)
+class CompareOptions:
+    old: Annotated[Path, typer.Argument(help="Baseline result JSON.", show_default=False)]
+    new: Annotated[Path, typer.Argument(help="Candidate result JSON.", show_default=False)]
+    fail_on: Annotated[
+        FailOn | None,
+        typer.Option(
+            "--fail-on",
+            help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
+            "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
+            "also fail). never: exit 0 after any comparison.",
+            show_default=False,
+        ),
+    ] = None
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mismatch",
+            help="Compare although a blocking environment key differs; every verdict is marked.",
+        ),
+    ] = False
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold",
+            help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
+            "in compare.thresholds.",
+            show_default=False,
+        ),
+    ] = None
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            help="Write a Markdown summary here (for a CI comment).",
+            show_default=False,
+        ),
+    ] = None
 
 
 @command("compare")
-def compare_command(
-    common: CommonOptions,
-    old: OldArg,
-    new: NewArg,
-    fail_on: FailOnOpt = None,
-    allow_mismatch: AllowMismatchOpt = False,
-    threshold: ThresholdOpt = None,
-    markdown: MarkdownOpt = None,
-) -> None:
+def compare_command(common: CommonOptions, o: CompareOptions) -> None:
     """Compare two results of the same kind, metric by metric, and name the stage that moved.
 
     A metric is regressed/improved only when the Holm-adjusted Mann-Whitney p < alpha AND the
@@ -171,17 +168,17 @@ def compare_command(
     Example: mlb compare baseline.json new.json --markdown compare.md -o compare.json
     """
     overrides = {
-        "compare.fail_on": fail_on.value if fail_on else None,
-        "compare.threshold": threshold,
+        "compare.fail_on": o.fail_on.value if o.fail_on else None,
+        "compare.threshold": o.threshold,
     }
 
     def measure(cfg: Config, ui: Ui) -> Result:
-        return run_compare(old, new, cfg, allow_mismatch, ui.progress).result
+        return run_compare(o.old, o.new, cfg, o.allow_mismatch, ui.progress).result
 
     def render(result: Result, ui: Ui) -> None:
         _show(result.data, ui)
-        if markdown is not None:
-            atomic_write_text(markdown, cmp.render_markdown(result.data), force=common.force)
-            ui.print(f"[dim]markdown written to {markdown}[/dim]")
+        if o.markdown is not None:
+            atomic_write_text(o.markdown, cmp.render_markdown(result.data), force=common.force)
+            ui.print(f"[dim]markdown written to {o.markdown}[/dim]")
 
-    execute(common, measure, overrides, outputs=(common.output, markdown), render=render)
+    execute(common, measure, overrides, outputs=(common.output, o.markdown), render=render)

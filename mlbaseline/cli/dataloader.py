@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,33 +15,33 @@ from mlbaseline.results import Result, load_result
 from mlbaseline.runners.dataloader import run_dataloader
 
 DATA_HELP = "Image-folder root (DIR/CLASS/IMAGE); default: a generated synthetic tree."
-WorkersOpt = Annotated[
-    str | None,
-    typer.Option("--workers", help="num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs)."),
-]
-BatchesOpt = Annotated[
-    int | None,
-    typer.Option("--batches", help="Measured batches per setting (at least 16 advised)."),
-]
-NoColdOpt = Annotated[bool, typer.Option("--no-cold", help="Skip the cold page-cache pass.")]
-ThroughputResultOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--throughput-result",
-        help="A throughput result: adds the input-bound verdict (data wait / step time).",
-        show_default=False,
-    ),
-]
+
+
+@dataclass(frozen=True)
+class DataloaderOptions:
+    workers: Annotated[
+        str | None,
+        typer.Option("--workers", help="num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs)."),
+    ] = None
+    batches: Annotated[
+        int | None,
+        typer.Option("--batches", help="Measured batches per setting (at least 16 advised)."),
+    ] = None
+    no_cold: Annotated[bool, typer.Option("--no-cold", help="Skip the cold page-cache pass.")] = (
+        False
+    )
+    throughput_result: Annotated[
+        Path | None,
+        typer.Option(
+            "--throughput-result",
+            help="A throughput result: adds the input-bound verdict (data wait / step time).",
+            show_default=False,
+        ),
+    ] = None
 
 
 @command("dataloader", data=DATA_HELP)
-def dataloader(
-    common: CommonOptions,
-    workers: WorkersOpt = None,
-    batches: BatchesOpt = None,
-    no_cold: NoColdOpt = False,
-    throughput_result: ThroughputResultOpt = None,
-) -> None:
+def dataloader(common: CommonOptions, o: DataloaderOptions) -> None:
     """Data-loading baseline: read / decode / transform / collate split, num_workers and
     pin_memory sweeps, cold vs warm page cache, and the worker-count knee.
 
@@ -57,15 +58,15 @@ def dataloader(
 
     overrides: dict[str, Any] = {
         "dataloader.data_dir": None if common.data is None else str(common.data),
-        "dataloader.workers": parse_int_list(workers, "--workers"),
-        "dataloader.batches": batches,
-        "dataloader.cold_cache": False if no_cold else None,
+        "dataloader.workers": parse_int_list(o.workers, "--workers"),
+        "dataloader.batches": o.batches,
+        "dataloader.cold_cache": False if o.no_cold else None,
     }
     tp: list[Result] = []
 
     def prepare(cfg: Config) -> None:
-        if throughput_result is not None:
-            tp.append(load_result(throughput_result, kinds=["throughput"]))
+        if o.throughput_result is not None:
+            tp.append(load_result(o.throughput_result, kinds=["throughput"]))
 
     def measure(cfg: Config, ui: Ui) -> Result:
         return run_dataloader(cfg, None, ui.progress, tp[0] if tp else None)

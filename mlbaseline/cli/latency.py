@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,52 +22,49 @@ from mlbaseline.formatting import milliseconds
 from mlbaseline.results import Result
 from mlbaseline.runners.latency import fmt_ms, run_latency
 
-RequestsOpt = Annotated[
-    int | None, typer.Option("--requests", help="Requests per level (default 1000).")
-]
-ConcurrencyOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--concurrency", help="Closed loop: N clients; open loop: N workers serving arrivals."
-    ),
-]
-RateOpt = Annotated[
-    float | None,
-    typer.Option("--rate", help="Open loop: Poisson arrivals at QPS requests/s (seeded)."),
-]
-SweepOpt = Annotated[
-    str | None,
-    typer.Option("--sweep", help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee."),
-]
-SlaOpt = Annotated[
-    float | None, typer.Option("--sla-p99-ms", help="SLA: p99 must not exceed MS (150).")
-]
-UrlOpt = Annotated[
-    str | None, typer.Option("--url", help="Endpoint mode: measure this http(s) URL end to end.")
-]
-BodyOpt = Annotated[str | None, typer.Option("--body", help="Endpoint mode: request body text.")]
-BodyFileOpt = Annotated[
-    Path | None, typer.Option("--body-file", help="Endpoint mode: file sent as the body.")
-]
-LoopOpt = Annotated[
-    str | None,
-    typer.Option("--loop", help="auto (open if --rate, else closed), closed, open, or both."),
-]
+
+@dataclass(frozen=True)
+class LatencyOptions:
+    requests: Annotated[
+        int | None, typer.Option("--requests", help="Requests per level (default 1000).")
+    ] = None
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", help="Closed loop: N clients; open loop: N workers serving arrivals."
+        ),
+    ] = None
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Open loop: Poisson arrivals at QPS requests/s (seeded)."),
+    ] = None
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep", help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee."
+        ),
+    ] = None
+    sla_p99_ms: Annotated[
+        float | None, typer.Option("--sla-p99-ms", help="SLA: p99 must not exceed MS (150).")
+    ] = None
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Endpoint mode: measure this http(s) URL end to end."),
+    ] = None
+    body: Annotated[
+        str | None, typer.Option("--body", help="Endpoint mode: request body text.")
+    ] = None
+    body_file: Annotated[
+        Path | None, typer.Option("--body-file", help="Endpoint mode: file sent as the body.")
+    ] = None
+    loop: Annotated[
+        str | None,
+        typer.Option("--loop", help="auto (open if --rate, else closed), closed, open, or both."),
+    ] = None
 
 
 @command("latency")
-def latency(
-    common: CommonOptions,
-    requests: RequestsOpt = None,
-    concurrency: ConcurrencyOpt = None,
-    rate: RateOpt = None,
-    sweep: SweepOpt = None,
-    sla_p99_ms: SlaOpt = None,
-    url: UrlOpt = None,
-    body: BodyOpt = None,
-    body_file: BodyFileOpt = None,
-    loop: LoopOpt = None,
-) -> None:
+def latency(common: CommonOptions, o: LatencyOptions) -> None:
     """Batch-1 request latency under concurrency: p50/p90/p95/p99 with CIs, an SLA verdict.
 
     The first and last 5% of requests by send order are dropped as warm-up and drain. Each
@@ -82,15 +80,15 @@ def latency(
     """
 
     overrides: dict[str, Any] = {
-        "latency.requests": requests,
-        "latency.concurrency": concurrency,
-        "latency.rate": rate,
-        "latency.sweep": parse_int_list(sweep, "--sweep"),
-        "latency.sla_p99_s": None if sla_p99_ms is None else sla_p99_ms / 1000.0,
-        "latency.url": url,
-        "latency.body": body,
-        "latency.body_file": None if body_file is None else str(body_file),
-        "latency.loop": loop,
+        "latency.requests": o.requests,
+        "latency.concurrency": o.concurrency,
+        "latency.rate": o.rate,
+        "latency.sweep": parse_int_list(o.sweep, "--sweep"),
+        "latency.sla_p99_s": None if o.sla_p99_ms is None else o.sla_p99_ms / 1000.0,
+        "latency.url": o.url,
+        "latency.body": o.body,
+        "latency.body_file": None if o.body_file is None else str(o.body_file),
+        "latency.loop": o.loop,
     }
     execute(common, lambda cfg, ui: run_latency(cfg, ui.progress), overrides, render=render)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,47 +39,47 @@ def _print(ui: Ui, output: Any) -> None:
         ui.print(f"[yellow]danger signal:[/yellow] {s.title} — {s.message}")
 
 
-InputsArg = Annotated[
-    list[Path] | None,
-    typer.Argument(
-        help="Result JSON files and/or folders of them (e.g. an `mlb run` folder).",
-        show_default=False,
-    ),
-]
 OutDirOpt = Annotated[
     Path, typer.Option("--output", "-o", help="Folder for baseline_report.md and figures/.")
 ]
-CompareOpt = Annotated[
-    tuple[Path, Path] | None,
-    typer.Option(
-        "--compare",
-        metavar="OLD NEW",
-        help="Render `mlb compare OLD NEW` (verdicts, attribution, forest plot) instead.",
-        show_default=False,
-    ),
-]
-TelemetryOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--telemetry",
-        help="Telemetry CSV to show (default: the one the throughput result references).",
-        show_default=False,
-    ),
-]
-AllowMismatchOpt = Annotated[
-    bool,
-    typer.Option("--allow-mismatch", help="With --compare: compare although blocking keys differ."),
-]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    inputs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Result JSON files and/or folders of them (e.g. an `mlb run` folder).",
+            show_default=False,
+        ),
+    ] = None
+    compare: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(
+            "--compare",
+            metavar="OLD NEW",
+            help="Render `mlb compare OLD NEW` (verdicts, attribution, forest plot) instead.",
+            show_default=False,
+        ),
+    ] = None
+    telemetry: Annotated[
+        Path | None,
+        typer.Option(
+            "--telemetry",
+            help="Telemetry CSV to show (default: the one the throughput result references).",
+            show_default=False,
+        ),
+    ] = None
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mismatch", help="With --compare: compare although blocking keys differ."
+        ),
+    ] = False
 
 
 @command("report", output=OutDirOpt, output_default=DEFAULT_OUT)
-def report_command(
-    common: CommonOptions,
-    inputs: InputsArg = None,
-    compare: CompareOpt = None,
-    telemetry: TelemetryOpt = None,
-    allow_mismatch: AllowMismatchOpt = False,
-) -> None:
+def report_command(common: CommonOptions, o: ReportOptions) -> None:
     """Write a Markdown baseline report with PNG figures from result files; never measures.
 
     Sections: hardware fingerprint and golden parameters, env checks, data subset, training
@@ -97,19 +98,19 @@ def report_command(
     output = common.output or DEFAULT_OUT
 
     def prepare(cfg: Config) -> None:
-        if compare is not None and inputs:
+        if o.compare is not None and o.inputs:
             raise UsageError("give either result files/folders or --compare OLD NEW, not both")
-        if compare is None and not inputs:
+        if o.compare is None and not o.inputs:
             raise UsageError("no input: give result files or folders, or --compare OLD NEW")
-        if telemetry is not None and not telemetry.is_file():
-            raise UsageError(f"--telemetry {telemetry}: no such file")
+        if o.telemetry is not None and not o.telemetry.is_file():
+            raise UsageError(f"--telemetry {o.telemetry}: no such file")
         check_out_dir(output, common.force)
 
     def measure(cfg: Config, ui: Ui) -> None:
-        if compare is not None:
-            out = _render_compare(compare, cfg, allow_mismatch, output, common.force, ui)
+        if o.compare is not None:
+            out = _render_compare(o.compare, cfg, o.allow_mismatch, output, common.force, ui)
         else:
-            out = _render(inputs or [], output, telemetry, common.force, ui)
+            out = _render(o.inputs or [], output, o.telemetry, common.force, ui)
         _print(ui, out)
         if common.json_out:
             sys.stdout.write(dump_json(_summary(out)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -103,77 +103,71 @@ SubsetDirOpt = Annotated[
         show_default=False,
     ),
 ]
-NOpt = Annotated[
-    int | None, typer.Option("--n", "-n", help="Subset size (default: golden.subset_size).", min=1)
-]
-SeedOpt = Annotated[
-    int | None, typer.Option("--seed", help="Seed (default: golden.seed, 42).", min=0)
-]
-StrategyOpt = Annotated[
-    Strategy | None,
-    typer.Option(
-        "--strategy",
-        help="proportional: largest remainder by class share (default). balanced: n // k "
-        "per class, remainder to the largest classes.",
-        show_default=False,
-    ),
-]
-LinkOpt = Annotated[
-    Link | None,
-    typer.Option("--link", help="copy (default), hardlink or symlink.", show_default=False),
-]
-ExtractorOpt = Annotated[
-    ExtractorName | None,
-    typer.Option(
-        "--extractor", help="KL features: stats (default) or resnet18.", show_default=False
-    ),
-]
-WeightsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--weights",
-        help="Local resnet18 state dict (else a fixed-seed random init).",
-        show_default=False,
-    ),
-]
-ReferenceMaxOpt = Annotated[
-    int | None,
-    typer.Option("--reference-max", help="Full-set side: at most this many images (10000).", min=1),
-]
-RetriesOpt = Annotated[
-    int | None, typer.Option("--retries", help="Try this many seeds, keep the lowest KL.", min=1)
-]
-KeepCorruptOpt = Annotated[
-    bool, typer.Option("--keep-corrupt", help="Keep images that fail to decode.")
-]
-SaveTensorsOpt = Annotated[
-    bool, typer.Option("--save-tensors", help="Also write baseline_subset.pt (uint8 tensors).")
-]
-DryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", help="Print the per-class plan; write nothing.")
-]
-ResultFileOpt = Annotated[
-    Path | None,
-    typer.Option("--result", help="Also write the result JSON here.", show_default=False),
-]
+
+
+@dataclass(frozen=True)
+class SubsetOptions:
+    n: Annotated[
+        int | None,
+        typer.Option("--n", "-n", help="Subset size (default: golden.subset_size).", min=1),
+    ] = None
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed (default: golden.seed, 42).", min=0)
+    ] = None
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(
+            "--strategy",
+            help="proportional: largest remainder by class share (default). balanced: n // k "
+            "per class, remainder to the largest classes.",
+            show_default=False,
+        ),
+    ] = None
+    link: Annotated[
+        Link | None,
+        typer.Option("--link", help="copy (default), hardlink or symlink.", show_default=False),
+    ] = None
+    extractor: Annotated[
+        ExtractorName | None,
+        typer.Option(
+            "--extractor", help="KL features: stats (default) or resnet18.", show_default=False
+        ),
+    ] = None
+    weights: Annotated[
+        Path | None,
+        typer.Option(
+            "--weights",
+            help="Local resnet18 state dict (else a fixed-seed random init).",
+            show_default=False,
+        ),
+    ] = None
+    reference_max: Annotated[
+        int | None,
+        typer.Option(
+            "--reference-max", help="Full-set side: at most this many images (10000).", min=1
+        ),
+    ] = None
+    retries: Annotated[
+        int | None,
+        typer.Option("--retries", help="Try this many seeds, keep the lowest KL.", min=1),
+    ] = None
+    keep_corrupt: Annotated[
+        bool, typer.Option("--keep-corrupt", help="Keep images that fail to decode.")
+    ] = False
+    save_tensors: Annotated[
+        bool, typer.Option("--save-tensors", help="Also write baseline_subset.pt (uint8 tensors).")
+    ] = False
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the per-class plan; write nothing.")
+    ] = False
+    result_file: Annotated[
+        Path | None,
+        typer.Option("--result", help="Also write the result JSON here.", show_default=False),
+    ] = None
 
 
 @command("subset", output=SubsetDirOpt, data=DATA_HELP)
-def subset_command(
-    common: CommonOptions,
-    n: NOpt = None,
-    seed: SeedOpt = None,
-    strategy: StrategyOpt = None,
-    link: LinkOpt = None,
-    extractor: ExtractorOpt = None,
-    weights: WeightsOpt = None,
-    reference_max: ReferenceMaxOpt = None,
-    retries: RetriesOpt = None,
-    keep_corrupt: KeepCorruptOpt = False,
-    save_tensors: SaveTensorsOpt = False,
-    dry_run: DryRunOpt = False,
-    result_file: ResultFileOpt = None,
-) -> None:
+def subset_command(common: CommonOptions, o: SubsetOptions) -> None:
     """Draw a stratified, reproducible subset of an image-folder dataset and check with a
     Gaussian KL test that it represents the full set.
 
@@ -187,34 +181,34 @@ def subset_command(
     Example: mlb subset data/train -o baseline_subset --n 1024 --seed 42
     """
     overrides = {
-        "golden.seed": seed,
-        "subset.n": n,
-        "subset.strategy": strategy.value if strategy else None,
-        "subset.link": link.value if link else None,
-        "subset.extractor": extractor.value if extractor else None,
-        "subset.weights": str(weights) if weights else None,
-        "subset.reference_max": reference_max,
-        "subset.retries": retries,
-        "subset.keep_corrupt": True if keep_corrupt else None,
-        "subset.save_tensors": True if save_tensors else None,
+        "golden.seed": o.seed,
+        "subset.n": o.n,
+        "subset.strategy": o.strategy.value if o.strategy else None,
+        "subset.link": o.link.value if o.link else None,
+        "subset.extractor": o.extractor.value if o.extractor else None,
+        "subset.weights": str(o.weights) if o.weights else None,
+        "subset.reference_max": o.reference_max,
+        "subset.retries": o.retries,
+        "subset.keep_corrupt": True if o.keep_corrupt else None,
+        "subset.save_tensors": True if o.save_tensors else None,
         "subset.source": str(common.data) if common.data else None,
     }
     folder = common.output  # -o is the subset folder; the result JSON goes to --result
-    common = replace(common, output=result_file)
+    common = replace(common, output=o.result_file)
 
     def prepare(cfg: Config) -> None:
-        if dry_run and result_file is not None:
+        if o.dry_run and o.result_file is not None:
             raise UsageError("--dry-run writes nothing: drop --result (use --json to see it)")
-        _refuse_inside_source(result_file, cfg.subset.source)
+        _refuse_inside_source(o.result_file, cfg.subset.source)
 
     def measure(cfg: Config, ui: Ui) -> Result:
         src = Path(cfg.subset.source) if cfg.subset.source else None
-        return run_subset(cfg, src, folder, ui.progress, dry_run=dry_run, force=common.force)
+        return run_subset(cfg, src, folder, ui.progress, dry_run=o.dry_run, force=common.force)
 
     def render(result: Result, ui: Ui) -> None:
-        _show(result, ui, all_rows=dry_run)
-        if result_file is not None and folder is not None:
-            _rebase_artifacts(result, folder, result_file)
+        _show(result, ui, all_rows=o.dry_run)
+        if o.result_file is not None and folder is not None:
+            _rebase_artifacts(result, folder, o.result_file)
 
     execute(common, measure, overrides, prepare=prepare, render=render)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,55 +112,54 @@ DATA_HELP = (
     "Image-folder dataset to measure on (sets workload.dataset imagefolder and "
     "workload.data_dir); default: the profile's dataset."
 )
-BatchSizesOpt = Annotated[
-    str | None,
-    typer.Option("--batch-sizes", help="Batch-size sweep, e.g. 32,64,128.", show_default=False),
-]
-ModeOpt = Annotated[
-    str | None, typer.Option("--mode", help="train, inference or both.", show_default=False)
-]
-NprocOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--nproc",
-        help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
-        show_default=False,
-        min=1,
-    ),
-]
-RepeatsOpt = Annotated[
-    int | None,
-    typer.Option("--repeats", help="Fresh-process replicates, pooled.", show_default=False, min=1),
-]
-MinTimeOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--min-time",
-        help="Stop rule: measure at least this many seconds.",
-        show_default=False,
-        min=0,
-    ),
-]
-DeviceOpt = Annotated[
-    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N.", show_default=False)
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", help="Model override, e.g. torchvision:resnet50.", show_default=False),
-]
+
+
+@dataclass(frozen=True)
+class ThroughputOptions:
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option("--batch-sizes", help="Batch-size sweep, e.g. 32,64,128.", show_default=False),
+    ] = None
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="train, inference or both.", show_default=False)
+    ] = None
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc",
+            help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
+            show_default=False,
+            min=1,
+        ),
+    ] = None
+    repeats: Annotated[
+        int | None,
+        typer.Option(
+            "--repeats", help="Fresh-process replicates, pooled.", show_default=False, min=1
+        ),
+    ] = None
+    min_time: Annotated[
+        float | None,
+        typer.Option(
+            "--min-time",
+            help="Stop rule: measure at least this many seconds.",
+            show_default=False,
+            min=0,
+        ),
+    ] = None
+    device: Annotated[
+        str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N.", show_default=False)
+    ] = None
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Model override, e.g. torchvision:resnet50.", show_default=False
+        ),
+    ] = None
 
 
 @command("throughput", data=DATA_HELP)
-def throughput(
-    common: CommonOptions,
-    batch_sizes: BatchSizesOpt = None,
-    mode: ModeOpt = None,
-    nproc: NprocOpt = None,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    device: DeviceOpt = None,
-    model: ModelOpt = None,
-) -> None:
+def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     """Training and inference throughput, stage by stage, over a batch-size sweep.
 
     Each training step is split into data wait, host→device copy, forward, loss, backward,
@@ -173,16 +173,16 @@ def throughput(
     Example: mlb throughput --batch-sizes 8,16 --mode train -o tp.json
     """
 
-    if mode is not None and mode not in ("train", "inference", "both"):
-        raise UsageError(f"--mode: '{mode}' is not one of train, inference, both")
+    if o.mode is not None and o.mode not in ("train", "inference", "both"):
+        raise UsageError(f"--mode: '{o.mode}' is not one of train, inference, both")
     overrides = {
-        "throughput.batch_sizes": parse_int_list(batch_sizes, "--batch-sizes"),
-        "throughput.mode": mode,
-        "throughput.nproc": nproc,
-        "throughput.repeats": repeats,
-        "throughput.min_time_s": min_time,
-        "workload.device": device,
-        "workload.model": model,
+        "throughput.batch_sizes": parse_int_list(o.batch_sizes, "--batch-sizes"),
+        "throughput.mode": o.mode,
+        "throughput.nproc": o.nproc,
+        "throughput.repeats": o.repeats,
+        "throughput.min_time_s": o.min_time,
+        "workload.device": o.device,
+        "workload.model": o.model,
         **_data_overrides(common.data),
     }
     output = common.output
