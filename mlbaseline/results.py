@@ -25,7 +25,7 @@ from mlbaseline import TOOL_NAME, __version__
 from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
 
 SCHEMA_VERSION = "1.0"
-KINDS = ("env-check", "throughput", "latency", "dataloader", "subset", "compare", "run")
+KINDS = ("env-check", "throughput", "latency", "dataloader", "subset", "compare", "run", "ab")
 STATUSES = ("complete", "interrupted", "failed")
 CHECK_STATUSES = ("pass", "warn", "fail", "skip")
 

@@ -17,6 +17,7 @@ from mlbaseline.cli import (  # noqa: F401
     latency,
     dataloader,
     compare,
+    ab,
     report,
 )
 

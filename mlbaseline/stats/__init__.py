@@ -50,6 +50,17 @@ from mlbaseline.stats.core import (  # noqa: F401
     summarize,
     z_value,
 )
+from mlbaseline.stats.paired import (  # noqa: F401
+    PAIRED_THRESHOLD,
+    PAIRED_VERDICTS,
+    PairedStage,
+    compare_paired,
+    log_ratios,
+    overall_verdict,
+    paired_mde,
+    paired_verdict,
+    wilcoxon_p,
+)
 from mlbaseline.stats.stability import (  # noqa: F401
     StatWarning,
     _first_outlier_warning,

@@ -1,0 +1,37 @@
+"""The order of a paired, interleaved A/B run: pure Python, no torch.
+
+Pairs come in blocks of two, each block either AB then BA (ABBA) or BA then AB (BAAB), chosen
+by a seeded RNG. Within a block each arm runs first once and second once, so a slow drift of the
+machine (or a cost that always lands on whichever step runs second) weighs both arms the same;
+the random choice per block keeps the order from lining up with any periodic disturbance.
+"""
+
+from __future__ import annotations
+
+import random
+
+ARMS = ("a", "b")
+BLOCKS = (("AB", "BA"), ("BA", "AB"))
+
+
+def abba_order(pairs: int, seed: int) -> list[str]:
+    """`pairs` pair orders ("AB" or "BA"), block by block ABBA or BAAB from
+    `random.Random(seed)`; an odd count ends with the first half of one more block. Same
+    (pairs, seed), same order."""
+    if pairs < 0:
+        raise ValueError(f"pairs must be >= 0, got {pairs}")
+    rng = random.Random(seed)
+    out: list[str] = []
+    while len(out) < pairs:
+        out.extend(BLOCKS[rng.randrange(2)])
+    return out[:pairs]
+
+
+def arms_of(order: str) -> tuple[str, str]:
+    """'AB' → ('a', 'b'): the arms of one pair in the order they run."""
+    if order not in ("AB", "BA"):
+        raise ValueError(f"a pair order is 'AB' or 'BA', got {order!r}")
+    return (order[0].lower(), order[1].lower())
+
+
+__all__ = ["ARMS", "BLOCKS", "abba_order", "arms_of"]

@@ -1,0 +1,243 @@
+"""`mlb ab` core: a paired, interleaved A/B run of two training-step configs in one process.
+
+Both arms' steps are built with the throughput step core (`runners.sweep._build_step`: model,
+loss, optimizer, loader and stage timer from the config, seeded), warmed up alternately, then
+run pair by pair in the ABBA/BAAB order of `measure.interleave.abba_order`: one step per arm per
+pair, every stage timed. The run stops after `pairs` pairs or when `budget_s` is spent; Ctrl-C
+keeps the finished pairs (status interrupted). The per-pair ratios B/A per stage are judged by
+`stats.compare_paired` (Wilcoxon signed-rank, Holm, bootstrap CI against a practical band).
+
+Metrics: `ab.a.<stage>` and `ab.b.<stage>` for every training stage, `step` (the total) and
+`residual`, with the pair id of each value as its `replicate`. `result.data` holds the order,
+the stop reason, per-stage verdicts (`stages`) and the overall `verdict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mlbaseline import stats
+from mlbaseline.config import Config
+from mlbaseline.envinfo import fingerprint
+from mlbaseline.errors import NotComparableError, UsageError
+from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.determinism import resolve_device
+from mlbaseline.measure.gpu import GpuProbe, default_probe
+from mlbaseline.measure.interleave import ARMS, abba_order, arms_of
+from mlbaseline.measure.step import TRAIN_STAGES, Batches, SingleProcess, StepRecord, TrainStep
+from mlbaseline.measure.timers import StepTimes
+from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.results import Check, Metric, Result
+
+# the one place a training step is built from a config (the throughput sweep's own helper)
+from mlbaseline.runners.sweep import _build_step
+from mlbaseline.workloads.factory import build_dataset
+
+COMPARED = (*TRAIN_STAGES, "step")  # what gets a verdict; the residual is kept, not judged
+RECORDED = (*COMPARED, "residual")
+DEFAULT_PAIRS = 55  # the issue's A/A run: ±2.5 % CI of the per-pair ratio
+
+
+@dataclass
+class PairLog:
+    """What the pair loop collected: per arm, the step times of warm-up and of each finished
+    pair (index = position in `done`), and why it stopped."""
+
+    warmup: dict[str, list[StepTimes]] = field(default_factory=lambda: {a: [] for a in ARMS})
+    times: dict[str, list[StepTimes]] = field(default_factory=lambda: {a: [] for a in ARMS})
+    done: list[str] = field(default_factory=list)  # the order of each finished pair
+    stop_reason: str = "pairs"
+
+
+def run_pairs(
+    steps: Mapping[str, Callable[[], StepRecord]],
+    order: list[str],
+    budget_s: float | None,
+    clock: Clock,
+    warmup: int = 0,
+    on_pair: Callable[[int], None] | None = None,
+) -> PairLog:
+    """Warm-up (`warmup` steps per arm, alternating A, B), then one step per arm per pair in
+    `order`, until the order is done ("pairs") or `budget_s` since the start is spent
+    ("budget"). Ctrl-C stops it ("interrupted"); the pair it cut is dropped."""
+    log = PairLog()
+    start = clock.now_ns()
+    try:
+        for _ in range(warmup):
+            for arm in ARMS:
+                log.warmup[arm].append(steps[arm]().times)
+        for i, pair in enumerate(order):
+            if budget_s is not None and (clock.now_ns() - start) / 1e9 >= budget_s:
+                log.stop_reason = "budget"
+                break
+            got = {arm: steps[arm]().times for arm in arms_of(pair)}
+            for arm in ARMS:
+                log.times[arm].append(got[arm])
+            log.done.append(pair)
+            if on_pair is not None:
+                on_pair(i)
+    except KeyboardInterrupt:
+        log.stop_reason = "interrupted"
+    return log
+
+
+def stage_values(times: list[StepTimes], stage: str) -> list[float]:
+    if stage == "step":
+        return [t.total_s for t in times]
+    if stage == "residual":
+        return [t.total_s - sum(t.stages.get(s, 0.0) for s in TRAIN_STAGES) for t in times]
+    return [t.stages.get(stage, 0.0) for t in times]
+
+
+def judge(
+    log: PairLog, cfg: Config, threshold: float, seed: int
+) -> tuple[list[stats.PairedStage], str]:
+    """Per-stage paired verdicts (Holm across COMPARED) and the overall verdict."""
+    c = cfg.compare
+    a = {s: stage_values(log.times["a"], s) for s in COMPARED}
+    b = {s: stage_values(log.times["b"], s) for s in COMPARED}
+    judged = stats.compare_paired(
+        a,
+        b,
+        alpha=c.alpha,
+        threshold=threshold,
+        confidence=c.confidence,
+        n_resamples=c.n_resamples,
+        seed=seed,
+    )
+    return judged, stats.overall_verdict(judged)
+
+
+def ab_result(
+    cfg_a: Config,
+    cfg_b: Config,
+    log: PairLog,
+    threshold: float,
+    seed: int,
+    meta: dict[str, Any] | None = None,
+) -> Result:
+    """The versioned result: both arms' raw samples (pair ids as replicate ids), the order,
+    per-stage verdicts with one check each (regressed fails), the overall verdict."""
+    result = Result(kind="ab", config={"a": cfg_a.to_dict(), "b": cfg_b.to_dict()})
+    ids = list(range(len(log.done)))
+    for arm in ARMS:
+        for s in RECORDED:
+            warm = stage_values(log.warmup[arm], s)
+            meta_m = {"group": f"ab.{arm}", "arm": arm, "stage": s, "role": "stage"}
+            if s == "step":
+                meta_m["role"] = "total"
+            values = stage_values(log.times[arm], s)
+            result.add_metric(Metric(f"ab.{arm}.{s}", "s", False, values, warm, ids, meta=meta_m))
+    judged, overall = judge(log, cfg_a, threshold, seed)
+    for st in judged:
+        status = {"regressed": "fail", "inconclusive": "warn"}.get(st.verdict, "pass")
+        msg = f"B/A {st.ratio:.4f} [{st.ci_low:.4f}, {st.ci_high:.4f}], p_holm {st.p_adjusted:.3g}"
+        result.verdict.checks.append(Check(f"ab.{st.stage}", status, st.ratio, threshold, msg))
+    result.data = {
+        **(meta or {}),
+        "pairs_done": len(log.done),
+        "order": list(log.done),
+        "pairs": [{"pair": i, "order": o} for i, o in enumerate(log.done)],
+        "stop_reason": log.stop_reason,
+        "threshold": threshold,
+        "alpha": cfg_a.compare.alpha,
+        "seed": seed,
+        "method": "per-pair log-ratio B/A; median, bootstrap CI; Wilcoxon signed-rank; Holm",
+        "stages": [s.to_dict() for s in judged],
+        "verdict": overall,
+    }
+    if log.stop_reason == "interrupted":
+        result.mark("interrupted", f"Ctrl-C: {len(log.done)} finished pairs kept")
+    if len(log.done) < 2:
+        result.warn("too_few_pairs", f"{len(log.done)} pairs: no paired statistics possible")
+    return result
+
+
+def _check_arms(cfg_a: Config, cfg_b: Config) -> str:
+    for arm, cfg in (("A", cfg_a), ("B", cfg_b)):
+        if cfg.throughput.nproc > 1:
+            raise UsageError(f"arm {arm}: mlb ab runs both arms in one process (nproc 1)")
+    dev_a, dev_b = resolve_device(cfg_a.workload.device), resolve_device(cfg_b.workload.device)
+    if dev_a != dev_b:
+        raise NotComparableError(f"the arms run on different devices: A {dev_a}, B {dev_b}")
+    return dev_a
+
+
+def _arm_step(cfg: Config, device: str, clock: Clock | None) -> tuple[TrainStep, Batches, int]:
+    bs = cfg.throughput.batch_sizes[0]
+    step, batches = _build_step(cfg, build_dataset(cfg), bs, device, SingleProcess(), clock)
+    step.model.train()
+    return step, batches, bs
+
+
+def _with_threads(step: TrainStep, threads: int | None) -> Callable[[], StepRecord]:
+    """The arm's step under its own torch thread count (an A/B knob like any other)."""
+
+    def run() -> StepRecord:
+        if threads and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return step()
+
+    return run
+
+
+def run_ab(
+    cfg_a: Config,
+    cfg_b: Config,
+    pairs: int = DEFAULT_PAIRS,
+    budget_s: float | None = None,
+    progress: Progress | None = None,
+    clock: Clock | None = None,
+    seed: int | None = None,
+    *,
+    threshold: float = stats.PAIRED_THRESHOLD,
+    probe: GpuProbe | None = None,
+) -> Result:
+    """Run A and B interleaved in this process, `pairs` pairs (or until `budget_s`), and judge
+    B/A per stage. Each arm measures its first `throughput.batch_sizes` entry; `seed` (default
+    A's golden.seed) drives the ABBA/BAAB order and the bootstrap."""
+    if pairs < 1:
+        raise UsageError(f"--pairs: at least 1, got {pairs}")
+    device = _check_arms(cfg_a, cfg_b)
+    seed = cfg_a.golden.seed if seed is None else seed
+    progress = progress or NullProgress()
+    order = abba_order(pairs, seed)
+    arms = {"a": _arm_step(cfg_a, device, clock), "b": _arm_step(cfg_b, device, clock)}
+    steps = {
+        "a": _with_threads(arms["a"][0], cfg_a.workload.threads),
+        "b": _with_threads(arms["b"][0], cfg_b.workload.threads),
+    }
+    warmup = max(cfg_a.throughput.warmup_min, cfg_b.throughput.warmup_min, 1)
+    try:
+        with progress.task("ab: pairs", total=pairs) as task:
+            log = run_pairs(
+                steps, order, budget_s, clock or PerfClock(), warmup, lambda _: task.advance()
+            )
+    finally:
+        for _, batches, _ in arms.values():
+            batches.close()
+    meta = {
+        "device": device,
+        "pairs_requested": pairs,
+        "budget_s": budget_s,
+        "warmup_steps": warmup,
+        "batch_size": {"a": arms["a"][2], "b": arms["b"][2]},
+        "planned_order": order,
+        "stages_recorded": list(RECORDED),
+    }
+    result = ab_result(cfg_a, cfg_b, log, threshold, seed, meta)
+    own = probe is None
+    probe = probe or default_probe()
+    try:
+        result.environment = fingerprint(cfg_a.to_dict(), probe, device)
+    finally:
+        if own:
+            probe.close()
+    return result
+
+
+__all__ = ["COMPARED", "DEFAULT_PAIRS", "PairLog", "ab_result", "judge", "run_ab", "run_pairs"]
