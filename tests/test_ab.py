@@ -219,7 +219,8 @@ def test_cli_ab_end_to_end(tmp_path):
     out = tmp_path / "ab.json"
     args = ["ab", *TINY, "--set-b", "workload.optimizer_kwargs={lr: 0.1}", "--pairs", "6"]
     res = runner.invoke(app, [*args, "-o", str(out), "--json"])
-    assert res.exit_code in (0, 1), res.output
+    # 6 pairs: the smallest Wilcoxon p (1/32), Holm across 7 stages, is never < 0.05
+    assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["kind"] == "ab" and doc["data"]["pairs_done"] == 6
     assert doc["data"]["overrides"]["b"] == ["workload.optimizer_kwargs={lr: 0.1}"]
@@ -228,8 +229,24 @@ def test_cli_ab_end_to_end(tmp_path):
     assert [s["stage"] for s in doc["data"]["stages"]] == list(COMPARED)
     assert len(doc["measurements"]["ab.a.step"]["values"]) == 6
     assert load_result(out, kinds=["ab"]).data["order"] == abba_order(6, 42)
+    assert "verdict" in res.stderr and "overall:" in res.stderr
     for line in res.stderr.splitlines():
         assert len(line) <= 80, line
+
+
+def test_cli_ab_ctrl_c_keeps_the_finished_pairs(tmp_path):
+    out = tmp_path / "ab.json"
+    slow = ["--set", "workload.model=workloads_slow:slow_model"]
+    slow += ["--set", "workload.dataset=workloads_slow:slow_dataset"]
+    slow += ["--set", "workload.loss=workloads_slow:SlowLoss"]
+    # B's 6th forward raises KeyboardInterrupt: 1 warm-up step, then 4 pairs, then the 5th cut
+    b = ["--set-b", "workload.model_kwargs={interrupt_after: 6}"]
+    res = runner.invoke(app, ["ab", *TINY, *slow, *b, "--pairs", "10", "-o", str(out), "-q"])
+    assert res.exit_code == 130, res.output
+    saved = load_result(out, kinds=["ab"])
+    assert saved.status == "interrupted" and saved.data["stop_reason"] == "interrupted"
+    assert saved.data["pairs_done"] == 4 and saved.data["order"] == abba_order(10, 42)[:4]
+    assert len(saved.measurements["ab.a.forward"].values) == 4
 
 
 def test_cli_ab_bad_input():

@@ -212,12 +212,14 @@ def run_ab(
         "b": _with_threads(arms["b"][0], cfg_b.workload.threads),
     }
     warmup = max(cfg_a.throughput.warmup_min, cfg_b.throughput.warmup_min, 1)
+    threads = torch.get_num_threads()
     try:
         with progress.task("ab: pairs", total=pairs) as task:
             log = run_pairs(
                 steps, order, budget_s, clock or PerfClock(), warmup, lambda _: task.advance()
             )
     finally:
+        torch.set_num_threads(threads)  # the arms' thread counts end with the run
         for _, batches, _ in arms.values():
             batches.close()
     meta = {
