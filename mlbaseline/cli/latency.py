@@ -41,7 +41,8 @@ class LatencyOptions:
     sweep: Annotated[
         str | None,
         typer.Option(
-            "--sweep", help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee."
+            "--sweep",
+            help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee.",
         ),
     ] = None
     sla_p99_ms: Annotated[

@@ -128,7 +128,6 @@ class ThroughputOptions:
         typer.Option(
             "--nproc",
             help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
-            show_default=False,
             min=1,
         ),
     ] = None
@@ -152,9 +151,7 @@ class ThroughputOptions:
     ] = None
     model: Annotated[
         str | None,
-        typer.Option(
-            "--model", help="Model override, e.g. torchvision:resnet50.", show_default=False
-        ),
+        typer.Option("--model", help="Model override, e.g. torchvision:resnet50."),
     ] = None
 
 
