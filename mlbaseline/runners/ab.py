@@ -1,6 +1,6 @@
 """`mlb ab` core: a paired, interleaved A/B run of two training-step configs in one process.
 
-Both arms' steps are built with the throughput step core (`runners.sweep._build_step`: model,
+Both arms' steps are built with the throughput step core (`runners.sweep.build_step`: model,
 loss, optimizer, loader and stage timer from the config, seeded), warmed up alternately, then
 run pair by pair in the ABBA/BAAB order of `measure.interleave.abba_order`: one step per arm per
 pair, every stage timed. The run stops after `pairs` pairs or when `budget_s` is spent; Ctrl-C
@@ -34,7 +34,7 @@ from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Metric, Result
 
 # the one place a training step is built from a config (the throughput sweep's own helper)
-from mlbaseline.runners.sweep import _build_step
+from mlbaseline.runners.sweep import build_step
 from mlbaseline.workloads.factory import build_dataset
 
 COMPARED = (*TRAIN_STAGES, "step")  # what gets a verdict; the residual is kept, not judged
@@ -169,7 +169,7 @@ def _check_arms(cfg_a: Config, cfg_b: Config) -> str:
 
 def _arm_step(cfg: Config, device: str, clock: Clock | None) -> tuple[TrainStep, Batches, int]:
     bs = cfg.throughput.batch_sizes[0]
-    step, batches = _build_step(cfg, build_dataset(cfg), bs, device, SingleProcess(), clock)
+    step, batches = build_step(cfg, build_dataset(cfg), bs, device, SingleProcess(), clock)
     step.model.train()
     return step, batches, bs
 

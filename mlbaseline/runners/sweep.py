@@ -95,7 +95,7 @@ def train_one_size(
 ) -> TrainRun:
     """Build the workload fresh (same seeds for every size), then run the measurement loop."""
     par = parallel or SingleProcess()
-    step, batches = _build_step(cfg, spec, batch_size, device, par, clock)
+    step, batches = build_step(cfg, spec, batch_size, device, par, clock)
     meter = make_memory_meter(device)
 
     def measured_step() -> StepRecord:
@@ -135,7 +135,7 @@ def train_one_size(
     )
 
 
-def _build_step(
+def build_step(
     cfg: Config,
     spec: DataSpec,
     batch_size: int,

@@ -10,8 +10,8 @@ Holm correction across all compared metrics, AND a bootstrap confidence interval
 medians lying entirely beyond the practical threshold.
 """
 
-# One package, three modules: the core (summaries, bootstrap, tests, KL, MDE), stability
-# warnings and warm-up detection, and per-metric verdicts. Everything is re-exported here so that
+# One package, four modules: the core (summaries, bootstrap, tests, KL, MDE), stability
+# warnings and warm-up detection, per-metric verdicts, and paired (A/B per-pair ratio) statistics. Everything is re-exported here so that
 # `from mlbaseline import stats; stats.X` keeps working for every caller.
 from mlbaseline.stats.core import (  # noqa: F401
     DEFAULT_SEED,
