@@ -11,8 +11,9 @@ medians lying entirely beyond the practical threshold.
 """
 
 # One package, four modules: the core (summaries, bootstrap, tests, KL, MDE), stability
-# warnings and warm-up detection, per-metric verdicts, and paired (A/B per-pair ratio) statistics. Everything is re-exported here so that
-# `from mlbaseline import stats; stats.X` keeps working for every caller.
+# warnings and warm-up detection, per-metric verdicts, and paired (A/B per-pair ratio)
+# statistics. Everything is re-exported here so that `from mlbaseline import stats; stats.X`
+# keeps working for every caller.
 from mlbaseline.stats.core import (  # noqa: F401
     DEFAULT_SEED,
     DEFAULT_THRESHOLD,
