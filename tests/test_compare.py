@@ -53,12 +53,14 @@ def training_result(
     slow: str | None = None,
     factor: float = 1.10,
     noise: float = 0.02,
-    replicates: int = 0,
+    replicates: int = 8,
     env: dict | None = None,
 ) -> Result:
     """A throughput result with one training group. Each stage sample has ~`noise` CV (half
     of the variance shared by all stages of a step, as system jitter is); the total is the sum
-    of the stages plus a small residual, per sample."""
+    of the stages plus a small residual, per sample. Samples are spread over `replicates`
+    process-level replicates (0: in-process samples only), 8 by default: in-process samples
+    alone never give a regressed/improved verdict (tests/test_compare_honesty.py)."""
     r = Result(kind="throughput", environment=json.loads(json.dumps(env or ENV)))
     shared = rng.lognormal(0.0, noise / np.sqrt(2), n)
     rep = [i % replicates for i in range(n)] if replicates else None
@@ -191,7 +193,8 @@ def test_improvement_with_an_offsetting_stage():
 
 def latency_metrics(r: Result, rng: np.random.Generator, n: int, slow: str | None) -> None:
     """A latency.c2 group (queue/preprocess/compute/postprocess) and an infer total without
-    stages, added to `r` as a `run` result holds them."""
+    stages, added to `r` as a `run` result holds them (over 8 replicates)."""
+    rep = [i % 8 for i in range(n)]
     g, parts = (
         "latency.c2",
         {"queue": 0.002, "preprocess": 0.003, "compute": 0.02, "postprocess": 0.001},
@@ -200,12 +203,13 @@ def latency_metrics(r: Result, rng: np.random.Generator, n: int, slow: str | Non
     for stage, base in parts.items():
         values[stage] = base * rng.lognormal(0, 0.02, n) * (1.2 if stage == slow else 1.0)
         meta = {"group": g, "role": "stage", "stage": stage}
-        r.add_metric(Metric(f"{g}.{stage}", "s", False, values[stage], meta=meta))
+        r.add_metric(Metric(f"{g}.{stage}", "s", False, values[stage], replicate=rep, meta=meta))
     total = sum(values.values())
     meta = {"group": g, "role": "total", "stages": list(parts)}
-    r.add_metric(Metric(f"{g}.request", "s", False, total, meta=meta))
+    r.add_metric(Metric(f"{g}.request", "s", False, total, replicate=rep, meta=meta))
     meta = {"group": "infer.bs64", "role": "total", "stages": []}
-    r.add_metric(Metric("infer.bs64.batch", "s", False, rng.lognormal(-3, 0.02, n), meta=meta))
+    batch = rng.lognormal(-3, 0.02, n)
+    r.add_metric(Metric("infer.bs64.batch", "s", False, batch, replicate=rep, meta=meta))
 
 
 def test_run_results_compare_every_group_by_name():
@@ -408,7 +412,7 @@ def test_compare_result_file_and_markdown(tmp_path):
     back = load_result(write_result(result, tmp_path / "c.json"), kinds=["compare"])
     md = shown.render_markdown(back.data)  # renders a saved comparison as is
     assert md == shown.render_markdown(c)
-    assert "| metric | old | new | Δ% | 95% CI | p (Holm) | verdict |" in md
+    assert "| metric | old | new | Δ% | 95% CI | p (Holm) | MDE | verdict |" in md
     assert f"| `{GROUP}.backward` |" in md and "regressed" in md
     assert "backward explains" in md and "**Attribution (train.bs64):**" in md
     assert "FAIL" in md

@@ -48,9 +48,11 @@ def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
     no cell wraps or is cut (reasons go to `notes`)."""
     conf = round(100 * doc["settings"]["confidence"])
     title = f"{doc['old']['label']} → {doc['new']['label']}"
-    table = compact_table(title, caption="p: two-sided Mann-Whitney U, Holm-adjusted")
+    table = compact_table(
+        title, caption="p: two-sided Mann-Whitney U, Holm-adjusted; MDE: min. detectable effect"
+    )
     table.add_column("metric", no_wrap=True)  # never cut: a truncated name is useless
-    for header in ("old", "new", "Δ%", f"{conf}% CI", "p"):
+    for header in ("old", "new", "Δ%", f"{conf}% CI", "p", "MDE"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     group = None
@@ -60,7 +62,7 @@ def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
             group = prefix
             table.add_row(f"[bold]{prefix}[/bold]" if prefix else "")
         name = m["metric"][len(prefix) :] if prefix else m["metric"]
-        cells = (r["old"], r["new"], r["delta"], r["ci"], r["p"])
+        cells = (r["old"], r["new"], r["delta"], r["ci"], r["p"], r["mde_compact"])
         table.add_row(f"  {name}", *cells, _verdict_cell(r, notes))
     return table
 
@@ -83,6 +85,7 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     notes = Notes()
     ui.print(_metric_table(doc, notes))
     notes.print(ui)
+    ui.print(f"[dim]{cmp.threshold_text(doc)}[/dim]")
     if doc["blocking_differences"]:
         ui.print(
             "[red]† not comparable, compared anyway (--allow-mismatch):[/red] "

@@ -15,11 +15,15 @@ No torch and no I/O here (the runner loads the files). The pieces, in order:
 3. **Unit of comparison.** When both sides have at least ``min_replicates`` distinct replicate
    ids (fresh processes, ``--repeats``) for a metric, the per-replicate medians are compared;
    otherwise the in-process samples, with a warning that process-to-process noise is not
-   covered.
+   covered. In-process samples alone never give regressed/improved: without a measured
+   between-process noise (no side with 2 replicates) such a verdict is inconclusive; with one,
+   the change must exceed its noise bar (see :mod:`.noise`). Every count recommended (--repeats,
+   `need ~N repl./side`) can reach p < alpha/k, Holm's first step over the k judged metrics.
 4. **Verdicts** (:func:`mlbaseline.stats.compare_samples`): two-sided Mann-Whitney U, Holm over
    all judged metrics, AND the seeded bootstrap CI of the ratio of medians beyond the practical
-   threshold. Thresholds: ``compare.thresholds`` by exact metric name, then by glob pattern
-   (``latency.*.request``), else ``compare.threshold``.
+   threshold. Thresholds: max(floor, measured between-process noise), the floor being
+   ``compare.thresholds`` by exact metric name, then by glob pattern (``latency.*.request``),
+   else ``compare.threshold``; each metric records which of the two it used.
 5. **Attribution**, per group with a ``role: total`` metric (see "Metric naming" in the rules):
    each stage's delta = median(new) − median(old) of that stage, with a percentile-bootstrap CI
    of that *difference of medians* (both sides resampled independently; old and new are
@@ -39,7 +43,7 @@ can render a loaded file without recomputing anything.
 
 Modules: :mod:`.model` (data types, constants, the gate), :mod:`.matching` (comparability,
 thresholds, samples), :mod:`.judge` (:func:`compare_results`), :mod:`.attribution`,
-:mod:`.result` (:func:`to_result`).
+:mod:`.result` (:func:`to_result`), :mod:`.noise` (levels, thresholds, reachable advice).
 """
 
 from mlbaseline.comparison.attribution import attribution_sentence

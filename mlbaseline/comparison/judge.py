@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,14 @@ from mlbaseline.comparison.matching import (
     threshold_for,
 )
 from mlbaseline.comparison.model import ATTRIBUTION_METHOD, NAME_SHARE, Comparison, MetricResult
+from mlbaseline.comparison.noise import (
+    Level,
+    in_process_reason,
+    level_of,
+    min_mann_whitney_p,
+    repeats_advice,
+    replicates_reachable,
+)
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import NotComparableError
 from mlbaseline.progress import NullProgress, Progress
@@ -50,14 +60,14 @@ def _settings(cfg: CompareConfig, seed: int) -> dict[str, Any]:
         "interval": "percentile bootstrap CI of the ratio of medians new/old",
         "attribution": ATTRIBUTION_METHOD,
         "name_share": NAME_SHARE,
+        "threshold_rule": "max(configured floor, between-process noise: CV of the replicate "
+        "medians pooled over both sides)",
+        "in_process_rule": "in-process samples never give regressed/improved unless |ratio-1| "
+        "exceeds t·noise·sqrt(1/p_old+1/p_new) of a measured between-process noise",
     }
 
 
-def _min_mann_whitney_p(n1: int, n2: int) -> float:
-    """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
-    (computed by the same function, so exact/asymptotic method choice matches; for small tie-free
-    samples it is 2 / C(n1+n2, n1))."""
-    return stats.mann_whitney_p(np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float))
+_min_mann_whitney_p = min_mann_whitney_p  # the name the Holm-floor warning has always used
 
 
 def compare_results(
@@ -146,27 +156,83 @@ def _judge(
     seed: int,
     mismatch: bool,
 ) -> list[MetricResult]:
+    """Judge every metric at its level: the threshold is max(configured floor, measured
+    between-process noise); an in-process regressed/improved verdict is held back to
+    inconclusive unless it exceeds the measured noise bar (see :mod:`.noise`)."""
     if not judged:
         return []
+    levels = {
+        name: level_of(
+            old.measurements[name], new.measurements[name], p.basis, threshold_for(name, cfg)
+        )
+        for name, p in judged.items()
+    }
     inputs = {
         name: (p.old, p.new, new.measurements[name].higher_is_better) for name, p in judged.items()
     }
-    thresholds = {name: threshold_for(name, cfg) for name in judged}
     stat_rows = stats.compare_samples(
         inputs,
-        threshold=thresholds,
+        threshold={name: lv.threshold for name, lv in levels.items()},
         alpha=cfg.alpha,
         confidence=cfg.confidence,
         n_resamples=cfg.n_resamples,
         seed=seed,
     )
+    repeats = repeats_advice(len(judged), cfg.alpha, cfg.min_replicates)
     out = []
     for row in stat_rows:
         metric = new.measurements[row.metric]
         meta = metric.meta or old.measurements[row.metric].meta or {}
-        basis = judged[row.metric].basis
-        out.append(MetricResult(row, metric.unit, basis, dict(meta), mismatch))
+        pair, level = judged[row.metric], levels[row.metric]
+        row, reason = _honest(row, level, cfg, len(judged), repeats)
+        mde = _mde(row, pair, level, cfg, seed)
+        out.append(
+            MetricResult(
+                row, metric.unit, pair.basis, dict(meta), mismatch,
+                level.to_dict(cfg.confidence), reason, mde,
+            )
+        )  # fmt: skip
     return out
+
+
+def _honest(
+    row: stats.MetricComparison, level: Level, cfg: CompareConfig, k: int, repeats: int
+) -> tuple[stats.MetricComparison, str | None]:
+    """(the row, why it was held back): in-process regressed/improved without measured noise
+    beyond it becomes inconclusive; every count recommended can reach alpha/k."""
+    reason = None
+    if level.basis == "samples" and row.verdict in ("regressed", "improved"):
+        reason = in_process_reason(level, row.change, cfg.confidence, repeats)
+        if reason is not None:
+            row = replace(row, verdict="inconclusive", mde=None, samples_needed=None)
+    if row.samples_needed is not None:
+        reachable = replicates_reachable(k, cfg.alpha, row.samples_needed)
+        row = replace(row, samples_needed=reachable)
+    return row, reason
+
+
+def _mde(
+    row: stats.MetricComparison, pair: Pair, level: Level, cfg: CompareConfig, seed: int
+) -> float | None:
+    """Minimum detectable effect (fraction of median_old) at the level judged: from the
+    bootstrap standard errors of the two medians (as the verdicts' own MDE); for in-process
+    samples never below the between-process noise bar, and None when that was not measured."""
+    if row.median_old <= 0:
+        return None
+    if row.mde is not None:
+        mde = row.mde
+    else:
+        rep_old, rep_new = stats._median_replicates(pair.old, pair.new, cfg.n_resamples, seed)
+        s_old = row.ratio * float(np.std(rep_old, ddof=1)) * math.sqrt(pair.old.size)
+        s_new = float(np.std(rep_new, ddof=1)) * math.sqrt(pair.new.size)
+        mde = stats.min_detectable_effect(
+            s_old / row.median_old, pair.old.size, s_new / row.median_old, pair.new.size,
+            alpha=cfg.alpha,
+        )  # fmt: skip
+    if level.basis == "replicates":
+        return mde
+    bar = level.noise_bar(cfg.confidence)
+    return None if bar is None else max(mde, bar)
 
 
 def _warnings(
@@ -194,18 +260,7 @@ def _warnings(
             note = "; ".join(result.notes)
             msg = f"{label} is marked {result.status}" + (f" ({note})" if note else "")
             out.append({"code": "incomplete_input", "message": msg})
-    in_process = [n for n, p in judged.items() if p.basis == "samples"]
-    if in_process:
-        out.append(
-            {
-                "code": "in_process_samples",
-                "message": f"{len(in_process)} of {len(judged)} metrics compared on in-process "
-                f"samples (fewer than {cfg.min_replicates} process-level replicates on a side): "
-                "process-to-process noise is not covered; measure with --repeats "
-                f"{cfg.min_replicates} or more",
-                "metrics": in_process,
-            }
-        )
+    out += _in_process_warning(comp, judged, cfg)
     out += _holm_floor_warning(judged, cfg)
     if comp.only_old or comp.only_new:
         out.append(
@@ -218,9 +273,34 @@ def _warnings(
     return out
 
 
+def _in_process_warning(
+    comp: Comparison, judged: Mapping[str, Pair], cfg: CompareConfig
+) -> list[dict[str, Any]]:
+    in_process = [n for n, p in judged.items() if p.basis == "samples"]
+    if not in_process:
+        return []
+    repeats = repeats_advice(len(judged), cfg.alpha, cfg.min_replicates)
+    held = [m.name for m in comp.metrics if m.reason]
+    return [
+        {
+            "code": "in_process_samples",
+            "message": f"{len(in_process)} of {len(judged)} metrics compared on in-process "
+            f"samples (fewer than {cfg.min_replicates} process-level replicates on a side): "
+            "process-to-process noise is not covered, so they are never regressed/improved "
+            "unless the change exceeds a measured between-process noise"
+            + (f" ({len(held)} held back to inconclusive)" if held else "")
+            + f"; measure with --repeats {repeats} or more",
+            "metrics": in_process,
+            "held_back": held,
+            "repeats": repeats,
+        }
+    ]
+
+
 def _holm_floor_warning(judged: Mapping[str, Pair], cfg: CompareConfig) -> list[dict[str, Any]]:
     """Few replicates cap how small a Mann-Whitney p can get; say when Holm makes every
-    significant verdict impossible instead of letting 'inconclusive' look like bad luck."""
+    significant verdict impossible instead of letting 'inconclusive' look like bad luck, and
+    how many per side could reach it."""
     m = len(judged)
     blocked = [
         name
@@ -232,15 +312,16 @@ def _holm_floor_warning(judged: Mapping[str, Pair], cfg: CompareConfig) -> list[
         return []
     p = judged[blocked[0]]
     floor = _min_mann_whitney_p(p.old.size, p.new.size)
+    need = replicates_reachable(m, cfg.alpha, max(p.old.size, p.new.size) + 1)
+    unit = "replicates" if p.basis == "replicates" else "samples"
     return [
         {
             "code": "holm_floor",
             "message": f"{len(blocked)} metrics cannot reach significance: with "
             f"{p.old.size} vs {p.new.size} values the smallest Mann-Whitney p is {floor:.2g}, "
-            f"×{m} metrics (Holm) ≥ α={cfg.alpha}; add replicates or compare fewer metrics",
+            f"×{m} metrics (Holm) ≥ α={cfg.alpha}; measure {need} or more {unit} per side "
+            "or compare fewer metrics",
             "metrics": blocked,
+            "needed": need,
         }
     ]
-
-
-# --------------------------------------------------------------------------- attribution

@@ -42,6 +42,11 @@ class MetricResult:
     basis: str  # "replicates" (per-replicate medians) | "samples" (in-process samples)
     meta: dict[str, Any]
     mismatch: bool  # judged although a blocking key differs (--allow-mismatch)
+    # the level judged at, its threshold and between-process noise (comparison.noise.Level
+    # .to_dict()); why a verdict was held back to inconclusive; the MDE at that level
+    level: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    mde: float | None = None
 
     @property
     def name(self) -> str:
@@ -60,6 +65,9 @@ class MetricResult:
             "role": self.meta.get("role"),
             "stage": self.meta.get("stage"),
             "mismatch": self.mismatch,
+            **self.level,
+            "mde": self.mde,
+            "reason": self.reason,
         }
 
 

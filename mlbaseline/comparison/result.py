@@ -55,6 +55,8 @@ def verdict_text(m: Mapping[str, Any]) -> str:
     """'regressed +6.0% [4.9, 7.1], p=<0.001' / 'inconclusive (MDE 4.2%, ~120 samples/side)'."""
     ci = _interval_pct([_minus1(m["ci_low"]), _minus1(m["ci_high"])])
     text = f"{m['verdict']} {_pct(m['change'])} {ci}, p(Holm)={p_value(m['p_adjusted'])}"
+    if m.get("reason"):  # an in-process verdict held back (see comparison.noise)
+        return f"{text} ({m['reason']})"
     if m["verdict"] == "inconclusive" and m.get("samples_needed"):
         unit = "replicates" if m.get("basis") == "replicates" else "samples"
         mde = m.get("mde")

@@ -7,15 +7,18 @@ Works from the plain comparison document (``Comparison.to_dict()``, also stored 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from mlbaseline.comparison.matching import describe_differences
 from mlbaseline.comparison.model import ATTRIBUTION_METHOD, SKIP_RESIDUAL, Comparison
+from mlbaseline.comparison.noise import SOURCE_NOISE
 from mlbaseline.comparison.result import verdict_text
 from mlbaseline.formatting import interval_percent as _interval_pct
 from mlbaseline.formatting import markdown_table as _md_table
 from mlbaseline.formatting import p_value as format_p
+from mlbaseline.formatting import percent as _percent
 from mlbaseline.formatting import share_percent as _share
 from mlbaseline.formatting import signed_percent as _pct
 from mlbaseline.formatting import value as format_value
@@ -25,10 +28,13 @@ __all__ = [  # with the names of the comparison the `mlb compare` tables show
     "SKIP_RESIDUAL",
     "describe_differences",
     "format_value",
+    "mde_text",
     "render_markdown",
     "stage_rows",
     "summary_line",
     "table_rows",
+    "threshold_text",
+    "verdict_reason",
     "verdict_text",
 ]
 
@@ -37,16 +43,59 @@ def _minus1(x: float | None) -> float | None:
     return None if x is None else x - 1.0
 
 
+def mde_text(m: Mapping[str, Any], compact: bool = False) -> str:
+    """'4.2%' (the minimum detectable effect at the level judged; ``compact``: whole percent,
+    '<1%', for an 80-column table), '—' when unknown (in-process samples without a measured
+    between-process noise)."""
+    mde = m.get("mde")
+    if mde is None or not math.isfinite(mde):
+        return "—"
+    if not compact:
+        return _percent(mde)
+    if mde < 0.01:
+        return "<1%"
+    return f"{round(100 * mde)}%" if mde < 10 else ">999%"
+
+
+def verdict_reason(m: Mapping[str, Any]) -> str:
+    """The reason behind a verdict, '' for none: 'need ~437 repl./side' (short), or why an
+    in-process verdict was held back to inconclusive (long)."""
+    if m.get("reason"):
+        return str(m["reason"])
+    if m["verdict"] == "inconclusive" and m.get("samples_needed"):
+        unit = "repl." if m.get("basis") == "replicates" else "samples"
+        return f"need ~{m['samples_needed']} {unit}/side"
+    return ""
+
+
+def threshold_text(doc: Mapping[str, Any]) -> str:
+    """'threshold 7.5% (measured between-process noise) / 3% (configured floor)', or
+    'threshold 3% (configured floor)' when no metric's noise exceeded its floor."""
+    floor = f"{100 * doc['settings']['threshold']:g}% (configured floor)"
+    noisy = [m for m in doc["metrics"] if m.get("threshold_source") == SOURCE_NOISE]
+    if not noisy:
+        return f"threshold {floor}"
+    lo = min(m["threshold"] for m in noisy)
+    hi = max(m["threshold"] for m in noisy)
+    span = (
+        f"{100 * lo:.1f}%"
+        if round(1000 * lo) == round(1000 * hi)
+        else (f"{100 * lo:.1f}–{100 * hi:.1f}%")
+    )
+    return f"threshold {span} (measured between-process noise) / {floor}"
+
+
 def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Display rows (metric, old, new, delta, ci, p, verdict) from a comparison document;
-    shared by the rich table and the Markdown table."""
+    """Display rows (metric, old, new, delta, ci, p, mde, verdict, reason) from a comparison
+    document; shared by the rich table and the Markdown table. ``verdict`` holds the word, its
+    reason in parentheses and † when compared across a blocking difference."""
     mark = " †" if doc.get("blocking_differences") else ""
     rows = []
     for m in doc["metrics"]:
         verdict = m["verdict"]
-        if verdict == "inconclusive" and m.get("samples_needed"):
-            unit = "repl." if m.get("basis") == "replicates" else "samples"
-            verdict += f" (need ~{m['samples_needed']} {unit}/side)"
+        reason = verdict_reason(m)
+        if reason:
+            verdict += f" ({reason})"
         rows.append(
             {
                 "metric": m["metric"],
@@ -55,8 +104,11 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
                 "delta": _pct(m["change"]),
                 "ci": _interval_pct([_minus1(m["ci_low"]), _minus1(m["ci_high"])]),
                 "p": format_p(m["p_adjusted"]),
+                "mde": mde_text(m),
+                "mde_compact": mde_text(m, compact=True),
                 "verdict": verdict + mark,
                 "status": m["verdict"],
+                "reason": reason,
             }
         )
     return rows
@@ -113,10 +165,7 @@ def render_markdown(comparison: Comparison | Mapping[str, Any]) -> str:
             f"marked †. Blocking differences: {describe_differences(doc['blocking_differences'])}",
             "",
         ]
-    headers = ["metric", "old", "new", "Δ%", f"{conf}% CI", "p (Holm)", "verdict"]
-    keys = ["metric", "old", "new", "delta", "ci", "p", "verdict"]
-    rows = [[f"`{r['metric']}`", *(r[k] for k in keys[1:])] for r in table_rows(doc)]
-    lines += _md_table(headers, rows, "lrrrrrl")
+    lines += _md_metric_table(doc, conf)
     for a in doc["attribution"]:
         lines += ["", f"**Attribution ({a['group']}):** {a['sentence']}", ""]
         headers = [
@@ -133,6 +182,26 @@ def render_markdown(comparison: Comparison | Mapping[str, Any]) -> str:
         lines += _md_table(headers, srows, "lrrrrrrl")
     lines += _md_notes(doc)
     return "\n".join(lines) + "\n"
+
+
+def _md_metric_table(doc: Mapping[str, Any], conf: int) -> list[str]:
+    """The per-metric table; a long reason (an in-process verdict held back) is a numbered
+    note under it, a short one (`need ~N repl./side`) stays in the cell."""
+    headers = ["metric", "old", "new", "Δ%", f"{conf}% CI", "p (Holm)", "MDE", "verdict"]
+    keys = ["old", "new", "delta", "ci", "p", "mde"]
+    notes: list[str] = []
+    rows = []
+    for r in table_rows(doc):
+        verdict = r["verdict"]
+        if r["reason"] and not r["reason"].startswith("need ~"):
+            if r["reason"] not in notes:
+                notes.append(r["reason"])
+            verdict = verdict.replace(f"({r['reason']})", f"[{notes.index(r['reason']) + 1}]")
+        rows.append([f"`{r['metric']}`", *(r[k] for k in keys), verdict])
+    lines = _md_table(headers, rows, "lrrrrrrl")
+    if notes:
+        lines += [""] + [f"[{i}] {text}  " for i, text in enumerate(notes, 1)]
+    return lines
 
 
 def _md_notes(doc: Mapping[str, Any]) -> list[str]:
@@ -156,7 +225,7 @@ def _md_notes(doc: Mapping[str, Any]) -> list[str]:
     s = doc["settings"]
     notes.append(
         f"Method: {s['test']}, α={s['alpha']}; {s['interval']} ({s['n_resamples']} resamples, "
-        f"seed {s['seed']}); practical threshold ±{100 * s['threshold']:g}%"
+        f"seed {s['seed']}); practical {threshold_text(doc)}"
         + (" with per-metric overrides" if s["thresholds"] else "")
         + f"; attribution: {s['attribution']}."
     )

@@ -1,0 +1,139 @@
+"""How strong a verdict may be: between-process noise, the threshold it sets, reachable advice.
+
+On a shared machine most timing noise lies *between* processes, so a verdict may only be as
+strong as the noise measured at its level (DESIGN.md, "Statistics"):
+
+- **Between-process noise** of a metric: the coefficient of variation of the per-replicate
+  medians (``std(ddof=1) / mean``), pooled over the sides that have at least 2 replicates,
+  ``sqrt(sum((r_i - 1)·cv_i²) / sum(r_i - 1))`` with ``sum(r_i - 1)`` degrees of freedom.
+  ``None`` when neither side has 2 replicates: then it was not measured.
+- **Practical threshold**: ``max(configured floor, between-process noise)``; the floor is
+  ``compare.thresholds`` / ``compare.threshold``. Which of the two it was is recorded.
+- **In-process samples** (fewer than ``min_replicates`` replicates on a side) never make a
+  regressed/improved verdict on their own: without measured noise the verdict becomes
+  inconclusive; with it, ``|ratio - 1|`` must exceed the noise bar
+  ``t_{(1+confidence)/2, dof} · cv · sqrt(1/p_old + 1/p_new)`` (p: processes per side, at least
+  1), the CI half-width of a difference of process means under that noise.
+- **Reachable advice**: with Holm over k metrics the first step needs ``p < alpha/k``; the
+  smallest N-vs-N count whose smallest attainable Mann-Whitney p is below that is
+  :func:`replicates_reachable`; no recommendation asks for fewer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from mlbaseline import stats
+from mlbaseline.comparison.matching import replicate_medians
+from mlbaseline.results import Metric
+
+SOURCE_FLOOR = "configured floor"
+SOURCE_NOISE = "measured between-process noise"
+MAX_REPLICATES = 10_000  # search cap of replicates_reachable
+
+
+@lru_cache(maxsize=4096)
+def min_mann_whitney_p(n1: int, n2: int) -> float:
+    """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
+    (computed by the same function, so exact/asymptotic method choice matches; for small tie-free
+    samples it is 2 / C(n1+n2, n1))."""
+    return stats.mann_whitney_p(np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float))
+
+
+@lru_cache(maxsize=1024)
+def replicates_reachable(k: int, alpha: float, at_least: int = 1) -> int:
+    """Smallest N >= at_least such that N vs N values can give a two-sided Mann-Whitney
+    p < alpha/k (the first step of Holm over k metrics). A linear scan: the smallest p is not
+    monotone in N where the test switches from exact to asymptotic (8 vs 8 exact gives 1.6e-4,
+    9 vs 9 asymptotic 4.1e-4)."""
+    target = alpha / max(1, k)
+    n = max(1, at_least)
+    while min_mann_whitney_p(n, n) >= target and n < MAX_REPLICATES:
+        n += 1
+    return n
+
+
+def repeats_advice(k: int, alpha: float, min_replicates: int) -> int:
+    """The --repeats to recommend: enough for the replicate level and to reach alpha/k."""
+    return replicates_reachable(k, alpha, min_replicates)
+
+
+@dataclass(frozen=True)
+class Level:
+    """At which level a metric was judged, and the threshold and noise that applied."""
+
+    basis: str  # "replicates" | "samples"
+    floor: float  # the configured threshold
+    noise: float | None  # between-process CV, None when not measured
+    dof: int  # degrees of freedom of `noise`
+    processes: tuple[int, int]  # processes per side (1 without replicate ids)
+
+    @property
+    def threshold(self) -> float:
+        return max(self.floor, self.noise or 0.0)
+
+    @property
+    def source(self) -> str:
+        return SOURCE_NOISE if self.noise is not None and self.noise > self.floor else SOURCE_FLOOR
+
+    def noise_bar(self, confidence: float) -> float | None:
+        """|ratio - 1| an in-process verdict must exceed; None when noise was not measured."""
+        if self.noise is None or self.dof < 1:
+            return None
+        t = float(sps.t.ppf(0.5 + confidence / 2.0, self.dof))
+        p_old, p_new = self.processes
+        return t * self.noise * math.sqrt(1.0 / p_old + 1.0 / p_new)
+
+    def to_dict(self, confidence: float) -> dict[str, Any]:
+        return {
+            "level": "process" if self.basis == "replicates" else "in-process",
+            "threshold": self.threshold,
+            "threshold_source": self.source,
+            "threshold_floor": self.floor,
+            "between_process_noise": self.noise,
+            "noise_dof": self.dof,
+            "processes": list(self.processes),
+            "noise_bar": None if self.basis == "replicates" else self.noise_bar(confidence),
+        }
+
+
+def _side_cv(metric: Metric) -> tuple[float, int] | None:
+    """(CV of the per-replicate medians, replicates) for a side with >= 2 replicates."""
+    if not metric.replicate or len(set(metric.replicate)) < 2:
+        return None
+    medians = replicate_medians(np.asarray(metric.values, dtype=np.float64), metric.replicate)
+    mean = float(np.mean(medians))
+    if not (mean > 0 and math.isfinite(mean)):
+        return None
+    return float(np.std(medians, ddof=1)) / mean, medians.size
+
+
+def level_of(old: Metric, new: Metric, basis: str, floor: float) -> Level:
+    """The judging level of one metric from both sides' replicate ids."""
+    sides = [s for s in (_side_cv(old), _side_cv(new)) if s is not None]
+    dof = sum(r - 1 for _, r in sides)
+    noise = math.sqrt(sum((r - 1) * cv * cv for cv, r in sides) / dof) if dof else None
+    procs = tuple(max(1, len(set(m.replicate or ()))) for m in (old, new))
+    return Level(basis, floor, noise, dof, (procs[0], procs[1]))
+
+
+def in_process_reason(level: Level, change: float, confidence: float, repeats: int) -> str | None:
+    """Why an in-process regressed/improved verdict must become inconclusive, or None when the
+    change exceeds the measured between-process noise bar."""
+    bar = level.noise_bar(confidence)
+    if bar is None:
+        return (
+            f"in-process samples only: between-process noise not measured (use --repeats {repeats})"
+        )
+    if abs(change) > bar:
+        return None
+    return (
+        f"in-process samples: {100 * abs(change):.1f}% is within the between-process noise "
+        f"bar ±{100 * bar:.1f}% (use --repeats {repeats})"
+    )
