@@ -97,6 +97,31 @@ def train_result(
     return r
 
 
+def replicated(result: Result, k: int) -> Result:
+    """The same samples, labelled as k fresh-process replicates of equal size."""
+    for m in result.measurements.values():
+        m.replicate = [i * k // len(m.values) for i in range(len(m.values))]
+    return result
+
+
+def test_cv_signal_never_judges_one_process_by_its_in_process_spread():
+    # a noisy step in one process: the between-process spread is unknown, so not measured
+    found = _of(signals.compute_signals([train_result(noise=0.30)], None), "cv")
+    assert found and not any(s.fired for s in found)
+    assert all(not s.measured and "--repeats" in s.message for s in found)
+
+
+@pytest.mark.parametrize("cv", [0.005, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_cv_signal_advice_passes_its_own_gate(cv):
+    k = signals.replicates_for(cv)
+    # k replicates at this between-process CV meet the ±3% gate; k − 1 would not
+    from scipy import stats as sps
+
+    assert sps.t.ppf(0.975, k - 1) * cv / np.sqrt(k) <= signals.CV_LIMIT
+    if k > 2:
+        assert sps.t.ppf(0.975, k - 2) * cv / np.sqrt(k - 1) > signals.CV_LIMIT
+
+
 def latency_result(values: np.ndarray) -> Result:
     r = Result(kind="latency", environment=ENV, config={"latency": {"sla_p99_s": 0.15}})
     n = values.size
@@ -143,7 +168,10 @@ SIGNAL_CASES: dict[str, tuple[Case, Case]] = {
         lambda: ([latency_result(np.r_[np.full(95, 0.010), np.full(5, 0.050)])], None),
         lambda: ([latency_result(0.010 * np.exp(0.1 * rng.standard_normal(200)))], None),
     ),
-    "cv": (lambda: ([train_result(noise=0.10)], None), lambda: ([train_result(noise=0.002)], None)),
+    "cv": (
+        lambda: ([replicated(train_result(noise=0.10), 8)], None),
+        lambda: ([replicated(train_result(noise=0.002), 8)], None),
+    ),
     "thermal": (
         lambda: ([], telemetry(gpu=np.full(100, 90.0), temp=np.linspace(60, 82, 100))),
         lambda: (
