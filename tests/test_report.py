@@ -679,3 +679,16 @@ def test_formatting_keeps_the_report_and_comparison_texts():
         "| 1 | x\\|y |",
     ]
     assert f.markdown_table(["a"], [])[1] == "|---|"
+
+
+def test_golden_report_has_no_two_identical_table_rows(golden):
+    # a row repeated verbatim says nothing new (e.g. eleven identical "skip … NVML" rows)
+    _, md = golden
+    tables: list[list[str]] = [[]]
+    for line in md.splitlines():
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            tables[-1].append(line)
+        elif tables[-1]:
+            tables.append([])
+    for rows in tables:
+        assert len(rows) == len(set(rows)), [r for r in rows if rows.count(r) > 1]
