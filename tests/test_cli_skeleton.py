@@ -151,6 +151,15 @@ def test_help_shows_placeholders_and_every_option(name: str):
         assert words.replace("`", "") in flat, f"{param.opts[0]}: help not shown"
 
 
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_help_shows_no_type_beside_a_flag(name: str):
+    """--json, --force, --help … take no value: no `<bool>` beside them."""
+    res = invoke(name, "--help", env=WIDE)
+    assert res.exit_code == 0, res.stderr
+    assert "<bool>" not in res.stdout
+    assert "--json" in res.stdout and "--help" in res.stdout  # the flags still listed
+
+
 # ---------------------------------------------------------------- tables at 80 columns
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar, get_type_hints
 
 import typer
+import typer.core
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -40,6 +41,31 @@ from mlbaseline.progress import NullProgress
 from mlbaseline.results import Result, write_result
 
 T = TypeVar("T")
+
+# the value types of options that default to None ("not given: the config decides")
+OptInt = int | None
+OptFloat = float | None
+OptStr = str | None
+OptPath = Path | None
+
+
+def opt(flag: str, help: str, **kw: Any) -> Any:
+    """A `typer.Option` for FLAG with `help` and no default shown (the config holds the
+    defaults); `kw` passes on min=, max=, hidden= and the like."""
+    return typer.Option(flag, help=help, show_default=False, **kw)
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose `--help` shows no `<bool>` type beside a flag (--json, --force,
+    --help …): a flag takes no value."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
 
 ConfigOpt = Annotated[
     Path | None,
@@ -351,7 +377,7 @@ def command(
 
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name)(wrapper)
+        app.command(name, cls=_Command)(wrapper)
         return fn
 
     return decorate

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
 from rich.table import Table
 
-from mlbaseline.cli.common import CommonOptions, Ui, command, execute, parse_int_list
+from mlbaseline.cli.common import CommonOptions, Ui, command, execute, opt, parse_int_list
 from mlbaseline.config import Config
 from mlbaseline.results import Result, load_result
 from mlbaseline.runners.dataloader import run_dataloader
@@ -20,22 +19,17 @@ DATA_HELP = "Image-folder root (DIR/CLASS/IMAGE); default: a generated synthetic
 @dataclass(frozen=True)
 class DataloaderOptions:
     workers: Annotated[
-        str | None,
-        typer.Option("--workers", help="num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs)."),
+        str | None, opt("--workers", "num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs).")
     ] = None
     batches: Annotated[
-        int | None,
-        typer.Option("--batches", help="Measured batches per setting (at least 16 advised)."),
+        int | None, opt("--batches", "Measured batches per setting (at least 16 advised).")
     ] = None
-    no_cold: Annotated[bool, typer.Option("--no-cold", help="Skip the cold page-cache pass.")] = (
-        False
-    )
+    no_cold: Annotated[bool, opt("--no-cold", "Skip the cold page-cache pass.")] = False
     throughput_result: Annotated[
         Path | None,
-        typer.Option(
+        opt(
             "--throughput-result",
-            help="A throughput result: adds the input-bound verdict (data wait / step time).",
-            show_default=False,
+            "A throughput result: adds the input-bound verdict (data wait / step time).",
         ),
     ] = None
 

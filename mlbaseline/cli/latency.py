@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from mlbaseline.cli.common import (
     CommonOptions,
+    OptFloat,
+    OptInt,
+    OptPath,
+    OptStr,
     Ui,
     command,
     compact_table,
     execute,
+    opt,
     parse_int_list,
 )
 from mlbaseline.formatting import milliseconds
@@ -25,42 +28,29 @@ from mlbaseline.runners.latency import fmt_ms, run_latency
 
 @dataclass(frozen=True)
 class LatencyOptions:
-    requests: Annotated[
-        int | None, typer.Option("--requests", help="Requests per level (default 1000).")
-    ] = None
+    requests: Annotated[OptInt, opt("--requests", "Requests per level (default 1000).")] = None
     concurrency: Annotated[
-        int | None,
-        typer.Option(
-            "--concurrency", help="Closed loop: N clients; open loop: N workers serving arrivals."
-        ),
+        OptInt,
+        opt("--concurrency", "Closed loop: N clients; open loop: N workers serving arrivals."),
     ] = None
     rate: Annotated[
-        float | None,
-        typer.Option("--rate", help="Open loop: Poisson arrivals at QPS requests/s (seeded)."),
+        OptFloat, opt("--rate", "Open loop: Poisson arrivals at QPS requests/s (seeded).")
     ] = None
     sweep: Annotated[
-        str | None,
-        typer.Option(
-            "--sweep",
-            help="Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee.",
-        ),
+        OptStr, opt("--sweep", "Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee.")
     ] = None
-    sla_p99_ms: Annotated[
-        float | None, typer.Option("--sla-p99-ms", help="SLA: p99 must not exceed MS (150).")
-    ] = None
-    url: Annotated[
-        str | None,
-        typer.Option("--url", help="Endpoint mode: measure this http(s) URL end to end."),
-    ] = None
-    body: Annotated[
-        str | None, typer.Option("--body", help="Endpoint mode: request body text.")
-    ] = None
-    body_file: Annotated[
-        Path | None, typer.Option("--body-file", help="Endpoint mode: file sent as the body.")
-    ] = None
+    sla_p99_ms: Annotated[OptFloat, opt("--sla-p99-ms", "SLA: p99 must not exceed MS (150).")] = (
+        None
+    )
+    url: Annotated[OptStr, opt("--url", "Endpoint mode: measure this http(s) URL end to end.")] = (
+        None
+    )
+    body: Annotated[OptStr, opt("--body", "Endpoint mode: request body text.")] = None
+    body_file: Annotated[OptPath, opt("--body-file", "Endpoint mode: file sent as the body.")] = (
+        None
+    )
     loop: Annotated[
-        str | None,
-        typer.Option("--loop", help="auto (open if --rate, else closed), closed, open, or both."),
+        OptStr, opt("--loop", "auto (open if --rate, else closed), closed, open, or both.")
     ] = None
 
 

@@ -6,12 +6,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from mlbaseline.cli.common import CommonOptions, Ui, command, execute, parse_int_list
+from mlbaseline.cli.common import (
+    CommonOptions,
+    OptFloat,
+    OptInt,
+    OptStr,
+    Ui,
+    command,
+    execute,
+    opt,
+    parse_int_list,
+)
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.results import Result
@@ -116,43 +125,17 @@ DATA_HELP = (
 
 @dataclass(frozen=True)
 class ThroughputOptions:
-    batch_sizes: Annotated[
-        str | None,
-        typer.Option("--batch-sizes", help="Batch-size sweep, e.g. 32,64,128.", show_default=False),
-    ] = None
-    mode: Annotated[
-        str | None, typer.Option("--mode", help="train, inference or both.", show_default=False)
-    ] = None
+    batch_sizes: Annotated[OptStr, opt("--batch-sizes", "Batch-size sweep, e.g. 32,64,128.")] = None
+    mode: Annotated[OptStr, opt("--mode", "train, inference or both.")] = None
     nproc: Annotated[
-        int | None,
-        typer.Option(
-            "--nproc",
-            help="Processes (torch.distributed: gloo on CPU, NCCL on GPU).",
-            min=1,
-        ),
+        OptInt, opt("--nproc", "Processes (torch.distributed: gloo on CPU, NCCL on GPU).", min=1)
     ] = None
-    repeats: Annotated[
-        int | None,
-        typer.Option(
-            "--repeats", help="Fresh-process replicates, pooled.", show_default=False, min=1
-        ),
-    ] = None
+    repeats: Annotated[OptInt, opt("--repeats", "Fresh-process replicates, pooled.", min=1)] = None
     min_time: Annotated[
-        float | None,
-        typer.Option(
-            "--min-time",
-            help="Stop rule: measure at least this many seconds.",
-            show_default=False,
-            min=0,
-        ),
+        OptFloat, opt("--min-time", "Stop rule: measure at least this many seconds.", min=0)
     ] = None
-    device: Annotated[
-        str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N.", show_default=False)
-    ] = None
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="Model override, e.g. torchvision:resnet50."),
-    ] = None
+    device: Annotated[OptStr, opt("--device", "auto, cpu, cuda or cuda:N.")] = None
+    model: Annotated[OptStr, opt("--model", "Model override, e.g. torchvision:resnet50.")] = None
 
 
 @command("throughput", data=DATA_HELP)
