@@ -75,6 +75,11 @@ def test_failed_env_check_stops_unless_ignored(tmp_path):
         "latency",
     ]
     assert ran.baseline.data["env_check_ignored"] is True
+    # ignored failures stay visible as warnings and no longer fail the run's exit code
+    env = [c for c in ran.baseline.verdict.checks if c.name.startswith("env-check/")]
+    assert any(c.status == "warn" and "ignored (--ignore-env)" in c.message for c in env)
+    assert not ran.baseline.verdict.failed
+    assert load_result(tmp_path / "b" / "env_check.json").verdict.failed
 
 
 def test_ctrl_c_keeps_finished_phases_and_marks_the_run(tmp_path, monkeypatch):

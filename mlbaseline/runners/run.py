@@ -110,6 +110,18 @@ def _merge(baseline: Result, phase: str, result: Result, file: str) -> None:
         baseline.mark(result.status, f"{phase}: {'; '.join(result.notes) or result.status}")
 
 
+def _downgrade_env_failures(baseline: Result) -> None:
+    """--ignore-env asked to measure anyway: the env-check failures stay in the result as
+    warnings (env_check.json keeps them as failures), so they no longer fail the run's exit code
+    on a busy machine, while the report and the JSON still say what was wrong."""
+    baseline.verdict.checks = [
+        dataclasses.replace(c, status="warn", message=f"ignored (--ignore-env): {c.message}")
+        if c.name.startswith("env-check/") and c.status == "fail"
+        else c
+        for c in baseline.verdict.checks
+    ]
+
+
 def _with(cfg: Config, section: str, **changes: Any) -> Config:
     return dataclasses.replace(
         cfg, **{section: dataclasses.replace(getattr(cfg, section), **changes)}
@@ -178,6 +190,7 @@ def _run_phases(run: _Run, phases: list[str], ignore_env: bool, outcome: RunOutc
                     return
                 run.baseline.notes.append("env-check failed and was ignored (--ignore-env)")
                 run.baseline.data["env_check_ignored"] = True
+                _downgrade_env_failures(run.baseline)
             if run.baseline.status == "interrupted":
                 return
         sampler.phase = ""
