@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
+from mlbaseline.comparison.matching import replicate_medians as comparison_medians
 from mlbaseline.results import Metric, Result
 
 # Suffixes of the totals per family, used only when a metric carries no `meta.role`.
@@ -204,10 +205,8 @@ def replicate_medians(metric: Metric) -> list[float]:
     """Per-replicate medians when the metric carries ≥ 2 replicate ids, else []."""
     if not metric.replicate or len(set(metric.replicate)) < 2:
         return []
-    by: dict[int, list[float]] = {}
-    for rep, v in zip(metric.replicate, metric.values, strict=True):
-        by.setdefault(rep, []).append(v)
-    return [float(np.median(v)) for _, v in sorted(by.items())]
+    values = np.asarray(metric.values, dtype=np.float64)
+    return [float(m) for m in comparison_medians(values, metric.replicate)]
 
 
 # ---------------------------------------------------------------- telemetry

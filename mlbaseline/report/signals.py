@@ -167,22 +167,10 @@ def _cv_subjects(results: Sequence[Result]) -> list[tuple[str, Any]]:
     return subjects
 
 
-def replicates_for(cv: float, limit: float = CV_LIMIT, confidence: float = 0.95) -> int:
-    """The fewest replicates whose Student-t half-width t·cv/√k is within `limit` at this
-    between-process CV: the advice the cv signal prints, so it can pass the signal's own gate."""
-    sps = stats._sps()
-    for k in range(2, 10_000):
-        if sps.t.ppf(0.5 + confidence / 2, k - 1) * cv / np.sqrt(k) <= limit:
-            return k
-    return 10_000
-
-
-def replicate_half_width(medians: Sequence[float], confidence: float = 0.95) -> float:
-    """95% Student-t half-width of the mean of replicate medians, relative to that mean."""
-    x = np.asarray(medians, dtype=float)
-    k = len(x)
-    t = stats._sps().t.ppf(0.5 + confidence / 2, k - 1)
-    return float(t * x.std(ddof=1) / np.sqrt(k) / x.mean())
+def replicates_for(cv: float, limit: float = CV_LIMIT) -> int:
+    """The --repeats the cv signal advises at this between-process CV: the fewest replicates
+    that pass the signal's own gate (see stats.replicates_for_half_width)."""
+    return stats.replicates_for_half_width(cv, limit)
 
 
 def cv_signals(results: Sequence[Result]) -> list[Signal]:
@@ -204,8 +192,8 @@ def cv_signals(results: Sequence[Result]) -> list[Signal]:
 
 
 def _replicate_cv_signal(name: str, reps: Sequence[float]) -> Signal:
-    half = replicate_half_width(reps)
     cv = stats.summarize(reps).cv
+    half = stats.relative_t_half_width(cv, len(reps))
     msg = f"{name}: median ±{half:.1%} (95% CI) over {len(reps)} replicate medians (CV {cv:.1%})"
     fired = half > CV_LIMIT
     if fired:

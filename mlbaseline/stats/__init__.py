@@ -47,6 +47,8 @@ from mlbaseline.stats.core import (  # noqa: F401
     percentile_key,
     percentiles,
     ratio_of_medians_ci,
+    relative_t_half_width,
+    replicates_for_half_width,
     samples_needed,
     summarize,
     z_value,

@@ -401,6 +401,23 @@ def samples_needed(sigma: float, width: float, confidence: float = 0.95) -> int:
     return max(2, math.ceil(round(n, 9)))  # round: do not let 1e-15 noise add a sample
 
 
+def relative_t_half_width(cv: float, k: int, confidence: float = 0.95) -> float:
+    """Student-t half-width of the mean of k values whose coefficient of variation is cv,
+    relative to that mean: t_{k-1}·cv/√k (k >= 2)."""
+    if k < 2:
+        raise ValueError(f"relative_t_half_width needs k >= 2, got {k}")
+    _check_confidence(confidence)
+    return float(_sps().t.ppf(0.5 + confidence / 2, k - 1)) * cv / math.sqrt(k)
+
+
+def replicates_for_half_width(cv: float, limit: float, confidence: float = 0.95) -> int:
+    """The fewest k >= 2 with relative_t_half_width(cv, k) <= limit (capped at 10,000)."""
+    for k in range(2, 10_000):
+        if relative_t_half_width(cv, k, confidence) <= limit:
+            return k
+    return 10_000
+
+
 def min_detectable_effect(
     sigma_old: float,
     n_old: int,
