@@ -214,11 +214,16 @@ def _honest(
 def _mde(
     row: stats.MetricComparison, pair: Pair, level: Level, cfg: CompareConfig, seed: int
 ) -> float | None:
-    """Minimum detectable effect (fraction of median_old) at the level judged: from the
-    bootstrap standard errors of the two medians (as the verdicts' own MDE); for in-process
-    samples never below the between-process noise bar, and None when that was not measured."""
+    """Minimum detectable effect (fraction of median_old) at the level judged: for replicates,
+    from both sides' process-level noise (stats.noise.relative_mde, the figure a throughput
+    result states for itself); else from the bootstrap standard errors of the two medians (as
+    the verdicts' own MDE), never below the between-process noise bar, and None when that was
+    not measured."""
     if row.median_old <= 0:
         return None
+    by_process = level.replicate_mde(cfg.alpha) if level.basis == "replicates" else None
+    if by_process is not None:
+        return by_process
     if row.mde is not None:
         mde = row.mde
     else:

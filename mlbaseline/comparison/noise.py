@@ -22,41 +22,27 @@ strong as the noise measured at its level (DESIGN.md, "Statistics"):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
-from mlbaseline import stats
-from mlbaseline.comparison.matching import replicate_medians
-from mlbaseline.results import Metric
+from mlbaseline.comparison.matching import replicate_medians, threshold_for
+from mlbaseline.config import CompareConfig
+from mlbaseline.results import Metric, Result
+from mlbaseline.stats.noise import (
+    MAX_REPLICATES,
+    Components,
+    components,
+    min_mann_whitney_p,
+    relative_mde,
+    replicates_reachable,
+    summary,
+)
 
 SOURCE_FLOOR = "configured floor"
 SOURCE_NOISE = "measured between-process noise"
-MAX_REPLICATES = 10_000  # search cap of replicates_reachable
-
-
-@lru_cache(maxsize=4096)
-def min_mann_whitney_p(n1: int, n2: int) -> float:
-    """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
-    (computed by the same function, so exact/asymptotic method choice matches; for small tie-free
-    samples it is 2 / C(n1+n2, n1))."""
-    return stats.mann_whitney_p(np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float))
-
-
-@lru_cache(maxsize=1024)
-def replicates_reachable(k: int, alpha: float, at_least: int = 1) -> int:
-    """Smallest N >= at_least such that N vs N values can give a two-sided Mann-Whitney
-    p < alpha/k (the first step of Holm over k metrics). A linear scan: the smallest p is not
-    monotone in N where the test switches from exact to asymptotic (8 vs 8 exact gives 1.6e-4,
-    9 vs 9 asymptotic 4.1e-4)."""
-    target = alpha / max(1, k)
-    n = max(1, at_least)
-    while min_mann_whitney_p(n, n) >= target and n < MAX_REPLICATES:
-        n += 1
-    return n
 
 
 def repeats_advice(k: int, alpha: float, min_replicates: int) -> int:
@@ -73,6 +59,8 @@ class Level:
     noise: float | None  # between-process CV, None when not measured
     dof: int  # degrees of freedom of `noise`
     processes: tuple[int, int]  # processes per side (1 without replicate ids)
+    # variance components of each side (stats.noise.components), None where not measured
+    sides: tuple[Components | None, Components | None] = field(default=(None, None))
 
     @property
     def threshold(self) -> float:
@@ -100,7 +88,19 @@ class Level:
             "noise_dof": self.dof,
             "processes": list(self.processes),
             "noise_bar": None if self.basis == "replicates" else self.noise_bar(confidence),
+            "noise_components": {
+                side: None if c is None else c.to_dict()
+                for side, c in zip(("old", "new"), self.sides, strict=True)
+            },
         }
+
+    def replicate_mde(self, alpha: float) -> float | None:
+        """MDE of the process-level comparison from both sides' process sds (the one formula,
+        stats.noise.relative_mde); None unless both sides have components."""
+        old, new = self.sides
+        if old is None or new is None:
+            return None
+        return relative_mde(old.process_sd, old.processes, new.process_sd, new.processes, alpha)
 
 
 def _side_cv(metric: Metric) -> tuple[float, int] | None:
@@ -120,7 +120,8 @@ def level_of(old: Metric, new: Metric, basis: str, floor: float) -> Level:
     dof = sum(r - 1 for _, r in sides)
     noise = math.sqrt(sum((r - 1) * cv * cv for cv, r in sides) / dof) if dof else None
     procs = tuple(max(1, len(set(m.replicate or ()))) for m in (old, new))
-    return Level(basis, floor, noise, dof, (procs[0], procs[1]))
+    sides = tuple(components(m.values, m.replicate) if m.replicate else None for m in (old, new))
+    return Level(basis, floor, noise, dof, (procs[0], procs[1]), (sides[0], sides[1]))
 
 
 def in_process_reason(level: Level, change: float, confidence: float, repeats: int) -> str | None:
@@ -137,3 +138,43 @@ def in_process_reason(level: Level, change: float, confidence: float, repeats: i
         f"in-process samples: {100 * abs(change):.1f}% is within the between-process noise "
         f"bar ±{100 * bar:.1f}% (use --repeats {repeats})"
     )
+
+
+# --------------------------------------------------------------------------- a result's own noise
+
+
+def judged_names(result: Result) -> list[str]:
+    """The metrics `mlb compare` would judge in a comparison of two results like this one
+    (every metric but the residuals): the k of Holm that an MDE must be stated at."""
+    return [n for n, m in result.measurements.items() if (m.meta or {}).get("role") != "residual"]
+
+
+def result_noise(result: Result, cfg: CompareConfig) -> dict[str, Any]:
+    """Per metric with >= 2 fresh-process replicates: its variance components and the MDE of a
+    comparison of two results like this one at `cfg.alpha` (Holm's k = every judged metric),
+    recomputable from the raw values (stats.noise.summary). Empty without replicates."""
+    names = judged_names(result)
+    out: dict[str, Any] = {}
+    for name in names:
+        m = result.measurements[name]
+        rec = summary(
+            m.values, m.replicate, alpha=cfg.alpha, k=len(names), threshold=threshold_for(name, cfg)
+        )
+        if rec is not None:
+            out[name] = rec
+    return out
+
+
+__all__ = [
+    "MAX_REPLICATES",
+    "SOURCE_FLOOR",
+    "SOURCE_NOISE",
+    "Level",
+    "in_process_reason",
+    "judged_names",
+    "level_of",
+    "min_mann_whitney_p",
+    "repeats_advice",
+    "replicates_reachable",
+    "result_noise",
+]

@@ -25,13 +25,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from mlbaseline import stats
+from mlbaseline.comparison.noise import result_noise
 from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import HardwareUnavailableError, MlbError
@@ -385,27 +387,63 @@ def _run_once(
 # ---------------------------------------------------------------- replicates
 
 
-def _child_command(config_path: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "mlbaseline",
-        "throughput",
-        "-c",
-        str(config_path),
-        "--json",
-        "--quiet",
-    ]
+# One fresh `mlb throughput --json --quiet` process, the one implementation behind
+# `--repeats` (here) and `mlb ab --processes` (runners.ab_process).
+
+CHILD_PREFIX = (sys.executable, "-m", "mlbaseline")  # this interpreter, this mlbaseline
 
 
-def _run_child(cmd: list[str]) -> tuple[str, str, int, bool]:
-    """Run one replicate; on Ctrl-C give the child (which got the SIGINT too) time to write its
-    partial result, and pass SIGINT on if it did not."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@dataclass(frozen=True)
+class ChildRun:
+    """What one fresh process gave: its parsed result (None when it printed none), the last
+    line of its stderr (or its exit code), its exit code, and whether Ctrl-C reached it."""
+
+    result: Result | None
+    error: str
+    returncode: int
+    interrupted: bool
+
+
+def write_child_config(
+    cfg: Config, directory: Path, name: str = "config.yaml", **throughput: Any
+) -> Path:
+    """The config a child runs: `cfg` as one process (repeats 1, no telemetry: the parent's
+    sampler, if any, watches), with `throughput` fields on top; written as YAML into
+    `directory`."""
+    import yaml
+
+    child = cfg.to_dict()
+    child["throughput"] = {**child["throughput"], "repeats": 1, "telemetry": False, **throughput}
+    path = directory / name
+    path.write_text(yaml.safe_dump(child, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def child_command(config_path: Path, prefix: Sequence[str] = CHILD_PREFIX) -> list[str]:
+    """`PREFIX throughput -c CONFIG --json --quiet`; PREFIX runs mlbaseline (another
+    interpreter or checkout's `python -m mlbaseline`, or its `mlb`)."""
+    return [*prefix, "throughput", "-c", str(config_path), "--json", "--quiet"]
+
+
+def run_child(
+    cmd: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> ChildRun:
+    """Run one child (in `cwd`, with `env` as its whole environment; None: this process's);
+    on Ctrl-C give the child (which got the SIGINT too) time to write its partial result, and
+    pass SIGINT on if it did not."""
+    proc = subprocess.Popen(
+        list(cmd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+    )
+    interrupted = False
     try:
         out, err = proc.communicate()
-        return out, err, proc.returncode, False
     except KeyboardInterrupt:
+        interrupted = True
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
@@ -415,7 +453,8 @@ def _run_child(cmd: list[str]) -> tuple[str, str, int, bool]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, err = proc.communicate()
-        return out, err, proc.returncode, True
+    tail = (err.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return ChildRun(_parse_child(out), tail, proc.returncode, interrupted)
 
 
 def run_replicates(
@@ -428,39 +467,49 @@ def run_replicates(
 ) -> Result:
     """`repeats` fresh processes (`python -m mlbaseline throughput --json`), pooled: every value
     keeps its replicate id. One telemetry sampler here watches all of them."""
-    import yaml
-
     n = cfg.throughput.repeats
-    child = cfg.to_dict()
-    child["throughput"] = {**child["throughput"], "repeats": 1, "telemetry": False}
     device, result = _prepare(cfg, probe)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
     children: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="mlb-replicates-") as tmp:
-        config_path = Path(tmp) / "config.yaml"
-        config_path.write_text(yaml.safe_dump(child, sort_keys=False), encoding="utf-8")
+        config_path = write_child_config(cfg, Path(tmp))
         with (
             tele if owned else contextlib.nullcontext(),
             progress.task(f"replicates (fresh processes, {device})", total=n) as task,
         ):
             for r in range(n):
-                out, err, code, interrupted = _run_child(_child_command(config_path))
-                doc = _parse_child(out)
+                run = run_child(child_command(config_path))
+                doc = run.result
                 if doc is None:
-                    tail = (err.strip().splitlines() or [f"exit code {code}"])[-1]
-                    if interrupted:
+                    if run.interrupted:
                         result.mark("interrupted", f"Ctrl-C during replicate {r}")
                     else:
-                        result.mark("failed", f"replicate {r} produced no result: {tail}")
+                        result.mark("failed", f"replicate {r} produced no result: {run.error}")
                     break
                 children.append(doc)
                 task.advance()
-                if interrupted or doc.status == "interrupted":
+                if run.interrupted or doc.status == "interrupted":
                     result.mark("interrupted", f"Ctrl-C during replicate {r}")
                     break
     pool_replicates(result, children)
+    # variance components and MDE per metric, recomputable from the raw values (issue 15)
+    result.data["noise"] = result_noise(result, cfg.compare)
     if tele is not None:
         _telemetry_data(result, tele, telemetry_name if csv_path else None, owned)
+    _finish(result)
+    return result
+
+
+def replicates_result(config: dict[str, Any], children: list[Result]) -> Result:
+    """A throughput result pooled from fresh-process results run elsewhere (`mlb ab
+    --processes`: one per arm), described by the first child's environment and run data
+    (they ran in the children, not here); every value keeps its replicate id."""
+    result = Result(kind="throughput", config=config)
+    if children:
+        result.environment = children[0].environment
+        result.data = {k: v for k, v in children[0].data.items() if k != "batch_sizes"}
+    result.data.update(repeats=len(children), batch_sizes={})
+    pool_replicates(result, children)
     _finish(result)
     return result
 
@@ -475,9 +524,15 @@ def _parse_child(out: str) -> Result | None:
 
 
 __all__ = [
+    "CHILD_PREFIX",
     "DIST_STAGES",
     "TRAIN_STAGES",
+    "ChildRun",
+    "child_command",
     "make_sampler",
+    "replicates_result",
+    "run_child",
     "run_replicates",
     "run_throughput",
+    "write_child_config",
 ]

@@ -10,10 +10,11 @@ Holm correction across all compared metrics, AND a bootstrap confidence interval
 medians lying entirely beyond the practical threshold.
 """
 
-# One package, four modules: the core (summaries, bootstrap, tests, KL, MDE), stability
-# warnings and warm-up detection, per-metric verdicts, and paired (A/B per-pair ratio)
-# statistics. Everything is re-exported here so that `from mlbaseline import stats; stats.X`
-# keeps working for every caller.
+# One package, five modules: the core (summaries, bootstrap, tests, KL, MDE), stability
+# warnings and warm-up detection, per-metric verdicts, paired (A/B per-pair ratio)
+# statistics, and noise (variance components and the MDE they imply; used as stats.noise).
+# The rest is re-exported here so that `from mlbaseline import stats; stats.X` keeps working.
+from mlbaseline.stats import noise  # noqa: F401  (stats.noise.components, .relative_mde, …)
 from mlbaseline.stats.core import (  # noqa: F401
     DEFAULT_SEED,
     DEFAULT_THRESHOLD,

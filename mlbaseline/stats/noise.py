@@ -1,0 +1,183 @@
+"""Noise decomposition of replicated timings and the minimum detectable effect (MDE) it implies.
+
+Method (Kalibera & Jones, *Rigorous Benchmarking in Reasonable Time*, 2013: multi-level
+repetition): a one-way random-effects ANOVA on the log of the values, one group per fresh
+process (its replicate id). With p processes, n_i values in process i and N values in all:
+
+- within-process variance  s²_w = MSW = Σ_i Σ_j (y_ij − ȳ_i)² / (N − p);
+- between-process variance s²_b = max(0, (MSB − MSW) / n₀), MSB = Σ_i n_i (ȳ_i − ȳ)² / (p − 1),
+  n₀ = (N − Σ n_i² / N) / (p − 1) (the usual unbalanced-design constant);
+- the share of the variance that lies between processes, s²_b / (s²_b + s²_w) (the ICC).
+
+On log values, a standard deviation is a relative one (≈ CV for small spreads), so every figure
+is unit-free and a ratio of medians is a difference of logs.
+
+The figure a comparison judges is the per-process median, so the noise of one *reported* figure
+is the standard deviation of the log per-process medians (``process_sd``, measured directly:
+it holds the between-process part and what n steps leave of the within part). The MDE of a
+comparison of two results with p_old and p_new processes is :func:`relative_mde` of those sds:
+``expm1((z_{1−α/2} + z_power) · sqrt(sd_old²/p_old + sd_new²/p_new))`` — the one
+implementation used by throughput results (``data["noise"]``) and by ``mlb compare``.
+
+The smallest Mann-Whitney p of N vs N values caps what N replicates can ever show; with Holm over
+k metrics the first step needs p < α/k (:func:`replicates_reachable`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from mlbaseline.stats.core import mann_whitney_p, min_detectable_effect
+
+POWER = 0.8  # the power every MDE in mlb is stated at
+MAX_REPLICATES = 10_000  # search cap of replicates_reachable / replicates_for_mde
+
+
+@dataclass(frozen=True)
+class Components:
+    """Variance components of one metric on log values (relative standard deviations)."""
+
+    processes: int
+    values: int
+    within_sd: float  # sqrt(s²_w): the step-to-step noise inside one process
+    between_sd: float  # sqrt(s²_b): how much process means differ beyond that
+    between_share: float  # s²_b / (s²_b + s²_w), 0 when both are 0
+    process_sd: float  # sd (ddof=1) of the log per-process medians: noise of one figure
+    dof: int  # p − 1, the degrees of freedom of process_sd
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _groups(values: Sequence[float], replicate: Sequence[int]) -> list[np.ndarray]:
+    """Log values per replicate id (id order); non-positive or non-finite values dropped."""
+    x = np.asarray(values, dtype=np.float64)
+    ids = np.asarray(replicate)
+    if x.shape != ids.shape:
+        raise ValueError("values and replicate ids differ in length")
+    ok = np.isfinite(x) & (x > 0)
+    out = [np.log(x[ok & (ids == r)]) for r in np.unique(ids[ok])]
+    return [g for g in out if g.size]
+
+
+def components(values: Sequence[float], replicate: Sequence[int]) -> Components | None:
+    """Variance components (module doc) of values tagged with their process id; None with
+    fewer than 2 processes or no within-process degree of freedom."""
+    groups = _groups(values, replicate)
+    p = len(groups)
+    sizes = np.array([g.size for g in groups], dtype=np.float64)
+    n_total = float(sizes.sum()) if p else 0.0
+    if p < 2 or n_total - p < 1:
+        return None
+    means = np.array([g.mean() for g in groups])
+    grand = float(np.concatenate(groups).mean())
+    msw = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (n_total - p)
+    msb = float((sizes * (means - grand) ** 2).sum()) / (p - 1)
+    n0 = (n_total - float((sizes**2).sum()) / n_total) / (p - 1)
+    s2b = max(0.0, (msb - msw) / n0)
+    total = s2b + msw
+    medians = np.array([np.median(g) for g in groups])
+    return Components(
+        processes=p,
+        values=int(n_total),
+        within_sd=math.sqrt(msw),
+        between_sd=math.sqrt(s2b),
+        between_share=s2b / total if total > 0 else 0.0,
+        process_sd=float(np.std(medians, ddof=1)),
+        dof=p - 1,
+    )
+
+
+def relative_mde(
+    sd_old: float, n_old: int, sd_new: float, n_new: int, alpha: float, power: float = POWER
+) -> float:
+    """Smallest relative change (fraction) a two-sided two-sample comparison of n_old vs n_new
+    figures with these log-scale sds detects with `power` at `alpha`:
+    expm1(:func:`core.min_detectable_effect` on the logs)."""
+    return math.expm1(min_detectable_effect(sd_old, n_old, sd_new, n_new, alpha, power))
+
+
+@lru_cache(maxsize=4096)
+def min_mann_whitney_p(n1: int, n2: int) -> float:
+    """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
+    (computed by the same function, so exact/asymptotic method choice matches; for small tie-free
+    samples it is 2 / C(n1+n2, n1))."""
+    return mann_whitney_p(np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float))
+
+
+@lru_cache(maxsize=1024)
+def replicates_reachable(k: int, alpha: float, at_least: int = 1) -> int:
+    """Smallest N >= at_least such that N vs N values can give a two-sided Mann-Whitney
+    p < alpha/k (the first step of Holm over k metrics). A linear scan: the smallest p is not
+    monotone in N where the test switches from exact to asymptotic (8 vs 8 exact gives 1.6e-4,
+    9 vs 9 asymptotic 4.1e-4)."""
+    target = alpha / max(1, k)
+    n = max(1, at_least)
+    while min_mann_whitney_p(n, n) >= target and n < MAX_REPLICATES:
+        n += 1
+    return n
+
+
+def replicates_for_mde(
+    sd: float, target: float, k: int, alpha: float, at_least: int = 2, power: float = POWER
+) -> int:
+    """Fewest replicates per side (N vs N, same sd both sides) whose MDE is <= target AND whose
+    Mann-Whitney p can pass Holm's first step over k metrics: advice that can pass the gate."""
+    if target <= 0:
+        raise ValueError("target must be > 0")
+    n = replicates_reachable(k, alpha, at_least)
+    while n < MAX_REPLICATES and relative_mde(sd, n, sd, n, alpha, power) > target:
+        n += 1
+    return n
+
+
+def summary(
+    values: Sequence[float],
+    replicate: Sequence[int] | None,
+    *,
+    alpha: float,
+    k: int,
+    threshold: float,
+    power: float = POWER,
+) -> dict[str, Any] | None:
+    """The noise record of one metric: its components, the MDE of a comparison of two results
+    like this one (same processes and noise both sides), whether Holm over k metrics can pass
+    at all with this many processes, and the replicates per side that would see `threshold`.
+    None without 2 processes."""
+    if not replicate:
+        return None
+    comp = components(values, replicate)
+    if comp is None:
+        return None
+    p = comp.processes
+    floor_p = min_mann_whitney_p(p, p)
+    return {
+        **comp.to_dict(),
+        "alpha": alpha,
+        "power": power,
+        "metrics_judged": k,
+        "mde": relative_mde(comp.process_sd, p, comp.process_sd, p, alpha, power),
+        "holm_reachable": floor_p < alpha / max(1, k),
+        "replicates_for_threshold": replicates_for_mde(
+            comp.process_sd, threshold, k, alpha, 2, power
+        ),
+        "threshold": threshold,
+    }
+
+
+__all__ = [
+    "POWER",
+    "Components",
+    "components",
+    "min_mann_whitney_p",
+    "relative_mde",
+    "replicates_for_mde",
+    "replicates_reachable",
+    "summary",
+]

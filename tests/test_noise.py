@@ -1,0 +1,104 @@
+"""Noise decomposition (issue 15 item 2): variance components on log values recover a known
+within/between split on seeded data, the MDE is one formula used by throughput results and
+`mlb compare` alike, and the advice it gives can pass the gate it is given for."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mlbaseline import comparison as cmp
+from mlbaseline import stats
+from mlbaseline.comparison.noise import result_noise
+from mlbaseline.config import CompareConfig
+from mlbaseline.results import Metric, Result
+from mlbaseline.stats import noise
+
+CFG = CompareConfig(n_resamples=300)
+
+
+def replicated(rng, processes, n, between, within, base=0.01):
+    levels = rng.lognormal(0.0, between, processes)
+    values = np.concatenate([base * lv * rng.lognormal(0.0, within, n) for lv in levels])
+    return values, np.repeat(np.arange(processes), n)
+
+
+@pytest.mark.parametrize(("between", "within"), [(0.20, 0.02), (0.01, 0.10), (0.0, 0.05)])
+def test_components_recover_a_known_split(between, within):
+    rng = np.random.default_rng(7)
+    values, ids = replicated(rng, 60, 50, between, within)
+    c = noise.components(values, ids)
+    assert c is not None and c.processes == 60 and c.values == 3000 and c.dof == 59
+    assert c.within_sd == pytest.approx(within, rel=0.05)
+    assert c.between_sd == pytest.approx(between, rel=0.25, abs=0.005)
+    expected_share = between**2 / (between**2 + within**2)
+    assert c.between_share == pytest.approx(expected_share, abs=0.1)
+    # the noise of one process's median: between plus what n steps leave of within (a median
+    # of n normal values has sd sqrt(pi/2)·sigma/sqrt(n))
+    left = math.sqrt(math.pi / 2) * within / math.sqrt(50)
+    assert c.process_sd == pytest.approx(math.hypot(between, left), rel=0.25)
+
+
+def test_components_need_two_processes_and_drop_bad_values():
+    assert noise.components([1.0, 2.0, 3.0], [0, 0, 0]) is None
+    assert noise.components([1.0, 2.0], [0, 1]) is None  # no within-process dof
+    c = noise.components([1.0, 1.1, 0.0, 2.0, 2.2, float("nan")], [0, 0, 0, 1, 1, 1])
+    assert c is not None and c.values == 4
+    with pytest.raises(ValueError):
+        noise.components([1.0, 2.0], [0])
+
+
+def test_relative_mde_is_the_core_formula_on_logs():
+    got = noise.relative_mde(0.1, 5, 0.1, 5, 0.05)
+    z = stats.z_value(0.95) + float(stats._sps().norm.ppf(0.8))
+    assert got == pytest.approx(math.expm1(z * 0.1 * math.sqrt(2 / 5)))
+    assert noise.relative_mde(0.1, 20, 0.1, 20, 0.05) < got  # more processes, smaller MDE
+
+
+def test_replicates_for_mde_can_pass_both_gates():
+    for sd, target, k in [(0.05, 0.03, 8), (0.2, 0.03, 8), (0.01, 0.03, 1), (0.1, 0.2, 3)]:
+        n = noise.replicates_for_mde(sd, target, k, 0.05)
+        assert noise.relative_mde(sd, n, sd, n, 0.05) <= target
+        assert noise.min_mann_whitney_p(n, n) < 0.05 / k
+        if n > noise.replicates_reachable(k, 0.05, 2):
+            assert noise.relative_mde(sd, n - 1, sd, n - 1, 0.05) > target
+
+
+def _result(rng, processes, between=0.1, within=0.03):
+    r = Result(kind="throughput")
+    for name, base in (("step", 0.02), ("backward", 0.01), ("residual", 0.0001)):
+        values, ids = replicated(rng, processes, 20, between, within, base)
+        role = {"step": "total", "residual": "residual"}.get(name, "stage")
+        meta = {"group": "train.bs8", "role": role, "stage": name}
+        rep = ids.tolist() if processes > 1 else None
+        r.add_metric(Metric(f"train.bs8.{name}", "s", False, values, replicate=rep, meta=meta))
+    return r
+
+
+def test_result_noise_states_the_mde_compare_will_use():
+    rng = np.random.default_rng(3)
+    a, b = _result(rng, 8), _result(rng, 8)
+    doc = result_noise(a, CFG)
+    assert set(doc) == {"train.bs8.step", "train.bs8.backward"}  # residuals are not judged
+    rec = doc["train.bs8.backward"]
+    assert rec["metrics_judged"] == 2 and rec["holm_reachable"] and rec["processes"] == 8
+    sd = rec["process_sd"]
+    assert rec["mde"] == pytest.approx(noise.relative_mde(sd, 8, sd, 8, CFG.alpha))
+    # compare of two such results states its MDE by the same formula from both sides' noise
+    c = cmp.compare_results(a, b, CFG)
+    m = {x.name: x for x in c.metrics}["train.bs8.backward"]
+    sd_b = result_noise(b, CFG)["train.bs8.backward"]["process_sd"]
+    assert m.mde == pytest.approx(noise.relative_mde(sd, 8, sd_b, 8, CFG.alpha))
+    sides = m.level["noise_components"]
+    assert sides["old"]["process_sd"] == pytest.approx(sd)
+    assert result_noise(_result(rng, 1), CFG) == {}
+
+
+def test_holm_reachable_is_false_where_five_replicates_cannot_pass_eight_metrics():
+    rng = np.random.default_rng(4)
+    values, ids = replicated(rng, 5, 10, 0.05, 0.02)
+    rec = noise.summary(values, ids.tolist(), alpha=0.05, k=8, threshold=0.03)
+    assert rec is not None and not rec["holm_reachable"]
+    assert rec["replicates_for_threshold"] >= noise.replicates_reachable(8, 0.05)
