@@ -35,11 +35,18 @@ from mlbaseline.results import Check, Metric, Result
 
 # the one place a training step is built from a config (the throughput sweep's own helper)
 from mlbaseline.runners.sweep import build_step
+from mlbaseline.stats.paired import min_wilcoxon_p, pairs_reachable
 from mlbaseline.workloads.factory import build_dataset
 
 COMPARED = (*TRAIN_STAGES, "step")  # what gets a verdict; the residual is kept, not judged
 RECORDED = (*COMPARED, "residual")
 DEFAULT_PAIRS = 55  # the issue's A/A run: ±2.5 % CI of the per-pair ratio
+MAX_FAILURES = 3  # failed turns in a row that stop a run (a broken arm, not a glitch)
+
+
+class TurnFailed(Exception):
+    """An arm's turn gave no measurement (e.g. its fresh process crashed): the pair is dropped
+    and recorded, the run goes on."""
 
 
 @dataclass
@@ -50,6 +57,7 @@ class PairLog:
     warmup: dict[str, list[StepTimes]] = field(default_factory=lambda: {a: [] for a in ARMS})
     times: dict[str, list[StepTimes]] = field(default_factory=lambda: {a: [] for a in ARMS})
     done: list[str] = field(default_factory=list)  # the order of each finished pair
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # pairs a TurnFailed cut
     stop_reason: str = "pairs"
 
 
@@ -60,11 +68,15 @@ def run_pairs(
     clock: Clock,
     warmup: int = 0,
     on_pair: Callable[[int], None] | None = None,
+    max_failures: int = MAX_FAILURES,
 ) -> PairLog:
     """Warm-up (`warmup` steps per arm, alternating A, B), then one step per arm per pair in
     `order`, until the order is done ("pairs") or `budget_s` since the start is spent
-    ("budget"). Ctrl-C stops it ("interrupted"); the pair it cut is dropped."""
+    ("budget"). Ctrl-C stops it ("interrupted"); the pair it cut is dropped. A step that
+    raises TurnFailed drops its pair (recorded in `dropped`); `max_failures` in a row stop
+    the run ("failures")."""
     log = PairLog()
+    failures = 0
     start = clock.now_ns()
     try:
         for _ in range(warmup):
@@ -74,7 +86,18 @@ def run_pairs(
             if budget_s is not None and (clock.now_ns() - start) / 1e9 >= budget_s:
                 log.stop_reason = "budget"
                 break
-            got = {arm: steps[arm]().times for arm in arms_of(pair)}
+            try:
+                got = {arm: steps[arm]().times for arm in arms_of(pair)}
+            except TurnFailed as exc:
+                log.dropped.append({"pair": i, "order": pair, "error": str(exc)})
+                failures += 1
+                if on_pair is not None:
+                    on_pair(i)
+                if failures >= max_failures:
+                    log.stop_reason = "failures"
+                    break
+                continue
+            failures = 0
             for arm in ARMS:
                 log.times[arm].append(got[arm])
             log.done.append(pair)
@@ -89,6 +112,8 @@ def stage_values(times: list[StepTimes], stage: str) -> list[float]:
     if stage == "step":
         return [t.total_s for t in times]
     if stage == "residual":
+        if times and all("residual" in t.stages for t in times):  # a summary's own figure
+            return [t.stages["residual"] for t in times]
         return [t.total_s - sum(t.stages.get(s, 0.0) for s in TRAIN_STAGES) for t in times]
     return [t.stages.get(stage, 0.0) for t in times]
 
@@ -143,6 +168,7 @@ def ab_result(
         "order": list(log.done),
         "pairs": [{"pair": i, "order": o} for i, o in enumerate(log.done)],
         "stop_reason": log.stop_reason,
+        "dropped": list(log.dropped),
         "threshold": threshold,
         "alpha": cfg_a.compare.alpha,
         "seed": seed,
@@ -152,9 +178,25 @@ def ab_result(
     }
     if log.stop_reason == "interrupted":
         result.mark("interrupted", f"Ctrl-C: {len(log.done)} finished pairs kept")
-    if len(log.done) < 2:
-        result.warn("too_few_pairs", f"{len(log.done)} pairs: no paired statistics possible")
+    _warn_pairs(result, len(log.done), cfg_a.compare.alpha)
     return result
+
+
+def _warn_pairs(result: Result, n: int, alpha: float) -> None:
+    """Fewer pairs than the signed-rank test needs to pass Holm's alpha/k: no stage can be
+    called regressed or improved, whatever the data; the advice is a count that can."""
+    k, need = len(COMPARED), pairs_reachable(len(COMPARED), alpha)
+    if n >= need:
+        return
+    floor = f"its smallest p is {min_wilcoxon_p(n):.2g}" if n >= 2 else "none"
+    result.warn(
+        "too_few_pairs",
+        f"{n} pairs: the signed-rank test ({floor}) cannot pass Holm's alpha/k = "
+        f"{alpha:g}/{k} = {alpha / k:.2g}, so no stage can be called regressed or improved; "
+        f"run --pairs {need} or more",
+        pairs=n,
+        needed=need,
+    )
 
 
 def _check_arms(cfg_a: Config, cfg_b: Config) -> str:
@@ -242,4 +284,15 @@ def run_ab(
     return result
 
 
-__all__ = ["COMPARED", "DEFAULT_PAIRS", "PairLog", "ab_result", "judge", "run_ab", "run_pairs"]
+__all__ = [
+    "COMPARED",
+    "DEFAULT_PAIRS",
+    "MAX_FAILURES",
+    "PairLog",
+    "TurnFailed",
+    "ab_result",
+    "judge",
+    "run_ab",
+    "run_pairs",
+    "stage_values",
+]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,28 @@ def wilcoxon_p(d: np.ndarray) -> float:
         return 1.0
     p = float(_sps().wilcoxon(d, alternative="two-sided").pvalue)
     return p if math.isfinite(p) else 1.0
+
+
+MAX_PAIRS = 10_000  # search cap of pairs_reachable
+
+
+@lru_cache(maxsize=1024)
+def min_wilcoxon_p(n: int) -> float:
+    """Smallest p the signed-rank test can give for n pairs: that of n distinct log-ratios of
+    one sign (computed by :func:`wilcoxon_p` itself, so scipy's exact/asymptotic choice
+    matches; exact and tie-free it is 2 / 2**n)."""
+    return wilcoxon_p(np.arange(1, n + 1, dtype=np.float64))
+
+
+@lru_cache(maxsize=1024)
+def pairs_reachable(k: int, alpha: float) -> int:
+    """Fewest pairs whose signed-rank p can pass Holm's first step over k stages (p < alpha/k):
+    below it no stage can ever be called regressed or improved. A linear scan (cheap)."""
+    target = alpha / max(1, k)
+    n = 2
+    while min_wilcoxon_p(n) >= target and n < MAX_PAIRS:
+        n += 1
+    return n
 
 
 def paired_mde(d: np.ndarray, alpha: float = 0.05, power: float = POWER) -> float:
@@ -161,8 +184,10 @@ __all__ = [
     "PairedStage",
     "compare_paired",
     "log_ratios",
+    "min_wilcoxon_p",
     "overall_verdict",
     "paired_mde",
     "paired_verdict",
+    "pairs_reachable",
     "wilcoxon_p",
 ]
