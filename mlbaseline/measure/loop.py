@@ -166,6 +166,80 @@ def _decide(
     return decision
 
 
+class StepLoop(Generic[T]):
+    """The warm-up and stop decisions, fed one step at a time: `begin()` before a step,
+    `end(record, value)` after it (→ this step's `Decision`), `end_early(reason)` when the loop
+    ends without the rule (Ctrl-C), `result()` at the end. `run_steps` drives one around a step
+    function; the library API (`mlbaseline.api`) feeds it the steps of the user's own loop, so
+    both take the same decisions at the same steps."""
+
+    def __init__(
+        self,
+        rule: StopRule,
+        clock: Clock | None = None,
+        agree: Callable[[Decision], Decision] | None = None,
+    ) -> None:
+        self.rule = rule
+        self.clock = clock or PerfClock()
+        self.agree = agree
+        self.records: list[T] = []
+        self.values: list[float] = []
+        self.starts: list[int] = []
+        self.warmup: int | None = None
+        self.capped = False
+        self.reason = ""  # set once the loop is over: a STOP_REASONS entry or end_early's
+        self._decider = _Decider(rule)
+        self._t0 = self.clock.now_ns()
+
+    @property
+    def done(self) -> bool:
+        return self.reason != ""
+
+    def begin(self) -> None:
+        self.starts.append(self.clock.now_ns())
+
+    def end(self, record: T, value: float) -> Decision:
+        """Record one finished step; `value` is the number the warm-up and stability tests look
+        at (the step time)."""
+        self.records.append(record)
+        self.values.append(float(value))
+        now = self.clock.now_ns()
+        held = Decision(self.warmup, self.capped)
+        decision = _decide(self._decider, held, self.values, self.starts, now, self._t0)
+        if self.agree is not None:
+            decision = self.agree(decision)
+        if decision.warmup is not None and self.warmup is None:
+            self.warmup, self.capped = decision.warmup, decision.warmup_capped
+        if decision.stop is not None:
+            self.reason = decision.stop
+        return decision
+
+    def end_early(self, reason: str) -> None:
+        """The loop ends without the rule: a step begun and not ended is dropped."""
+        if len(self.starts) > len(self.records):
+            self.starts.pop()
+        self.reason = self.reason or reason
+
+    def result(self) -> LoopResult[T]:
+        end = self.clock.now_ns()
+        warmup, records = self.warmup, self.records
+        settled = warmup is not None and not self.capped
+        if warmup is None:  # ended during warm-up: keep what there is, say so
+            warmup = min(self.rule.warmup_min, len(records))
+        starts = self.starts
+        measured_s = (end - starts[warmup]) / 1e9 if warmup < len(starts) else 0.0
+        return LoopResult(
+            records=records,
+            warmup=warmup,
+            stop_reason=self.reason,
+            warmup_capped=self.capped,
+            warmup_settled=settled,
+            measured_time_s=measured_s,
+            total_time_s=(end - self._t0) / 1e9,
+            values=self.values,
+        )
+
+
 def run_steps(
     step: Callable[[], T],
     rule: StopRule,
@@ -178,48 +252,15 @@ def run_steps(
     and stability tests look at (the step time). `on_step(n_steps, measuring)` reports
     progress. Ctrl-C ends the loop with stop_reason "interrupted" and keeps the steps so far;
     any other exception propagates (the caller records it, e.g. an out-of-memory)."""
-    clk = clock or PerfClock()
-    decider = _Decider(rule)
-    records: list[T] = []
-    values: list[float] = []
-    starts: list[int] = []
-    warmup: int | None = None
-    capped = False
-    reason = ""
-    t0 = clk.now_ns()
-    while True:
-        starts.append(clk.now_ns())
+    loop: StepLoop[T] = StepLoop(rule, clock, agree)
+    while not loop.done:
+        loop.begin()
         try:
             record = step()
         except KeyboardInterrupt:
-            starts.pop()
-            reason = "interrupted"
+            loop.end_early("interrupted")
             break
-        records.append(record)
-        values.append(float(value(record)))
-        now = clk.now_ns()
-        decision = _decide(decider, Decision(warmup, capped), values, starts, now, t0)
-        if agree is not None:
-            decision = agree(decision)
-        if decision.warmup is not None and warmup is None:
-            warmup, capped = decision.warmup, decision.warmup_capped
+        loop.end(record, value(record))
         if on_step is not None:
-            on_step(len(records), warmup is not None)
-        if decision.stop is not None:
-            reason = decision.stop
-            break
-    end = clk.now_ns()
-    settled = warmup is not None and not capped
-    if warmup is None:  # interrupted during warm-up: keep what there is, say so
-        warmup = min(rule.warmup_min, len(records))
-    measured_s = (end - starts[warmup]) / 1e9 if warmup < len(starts) else 0.0
-    return LoopResult(
-        records=records,
-        warmup=warmup,
-        stop_reason=reason,
-        warmup_capped=capped,
-        warmup_settled=settled,
-        measured_time_s=measured_s,
-        total_time_s=(end - t0) / 1e9,
-        values=values,
-    )
+            on_step(len(loop.records), loop.warmup is not None)
+    return loop.result()
