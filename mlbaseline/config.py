@@ -115,6 +115,18 @@ class ThroughputConfig:
     )
     repeats: int = _f(1, "Fresh-process replicates.", min=1)
     telemetry: bool = _f(True, "Run the telemetry sampler while measuring.")
+    control_every: int = _f(
+        8,
+        "Time the control kernel (a fixed matmul, outside the step timer) after every N-th "
+        "measured step; `mlb compare` adjusts for the drift it shows. 0: off.",
+        min=0,
+    )
+    contamination_cores: float = _f(
+        0.25,
+        "A run whose foreign CPU use (busy CPU not from mlb's own processes) exceeds this many "
+        "cores in a phase marks itself contaminated.",
+        min=0,
+    )
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,13 @@ import torch
 
 from mlbaseline import stats
 from mlbaseline.comparison.noise import result_noise
-from mlbaseline.config import Config
+from mlbaseline.config import CompareConfig, Config, build
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import HardwareUnavailableError, MlbError
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.contamination import CpuAccount
+from mlbaseline.measure.contamination import record as record_contamination
+from mlbaseline.measure.control import ControlKernel, make_control
 from mlbaseline.measure.determinism import resolve_device, set_determinism
 from mlbaseline.measure.gpu import GpuProbe, default_probe
 from mlbaseline.measure.pooling import pool_replicates
@@ -70,12 +73,35 @@ def _guard(run: SweepState, batch_size: int, part: str, fn: Callable[[], Any]) -
     return None
 
 
-def _train_local(run: SweepState, batch_size: int) -> None:
+@dataclass
+class _Watch:
+    """What watches the machine during a run (issue 15 item 5): the control kernel, timed
+    between measured steps (None when throughput.control_every is 0), and the CPU account of
+    each phase (foreign CPU share, load)."""
+
+    control: ControlKernel | None
+    account: CpuAccount
+
+    @classmethod
+    def of(cls, cfg: Config, clock: Clock) -> _Watch:
+        t = cfg.throughput
+        return cls(make_control(t.control_every, clock), CpuAccount(t.contamination_cores))
+
+    def record(self, result: Result) -> None:
+        if self.control is not None and self.control.samples:
+            result.add_metric(self.control.metric())
+        record_contamination(result, self.account)
+
+
+def _train_local(run: SweepState, batch_size: int, watch: _Watch | None = None) -> None:
+    control = watch.control if watch is not None else None
     with run.progress.task(f"train bs{batch_size}: warm-up", total=None) as task:
         phase = {"measuring": False}
 
         def on_step(n: int, measuring: bool) -> None:
             task.advance()
+            if control is not None:
+                control.on_step(n, measuring)  # between steps: outside the step timer
             if measuring and not phase["measuring"]:
                 phase["measuring"] = True
                 task.update(description=f"train bs{batch_size}: measuring")
@@ -108,14 +134,21 @@ def _infer_local(run: SweepState, batch_size: int) -> None:
         run.add_infer(ir)
 
 
-def _sweep(run: SweepState, train: bool, infer: bool, tele: TelemetrySampler | None = None) -> None:
+def _sweep(
+    run: SweepState,
+    train: bool,
+    infer: bool,
+    tele: TelemetrySampler | None = None,
+    watch: _Watch | None = None,
+) -> None:
+    phase = watch.account.phase if watch is not None else lambda _: contextlib.nullcontext()
     for batch_size in run.cfg.throughput.batch_sizes:
         entry = run.entry(batch_size)
         if train:
-            with _telemetry_window(entry, "train", tele):
-                _train_local(run, batch_size)
+            with _telemetry_window(entry, "train", tele), phase(f"train.bs{batch_size}"):
+                _train_local(run, batch_size, watch)
         if infer:
-            with _telemetry_window(entry, "inference", tele):
+            with _telemetry_window(entry, "inference", tele), phase(f"infer.bs{batch_size}"):
                 _infer_local(run, batch_size)
 
 
@@ -161,6 +194,10 @@ def _finish(result: Result) -> None:
                 result.warn(
                     w.code, w.message, metric=w.metric, value=w.value, threshold=w.threshold
                 )
+    if any(m.replicate for m in result.measurements.values()):
+        # variance components and MDE per metric, recomputable from the raw values (issue 15)
+        compare = build(CompareConfig, result.config.get("compare") or {}, "compare")
+        result.data["noise"] = result_noise(result, compare)
     done = [e for e in entries.values() if e.get("status") in ("ok", "interrupted")]
     if entries and not done and result.status == "complete":
         result.mark("failed", "no batch size could be measured")
@@ -293,6 +330,9 @@ def run_throughput(
     None keeps the timeline in memory. `sampler`: a caller-owned, already running sampler
     (mlb run's, for the whole run); then none is started here. Ctrl-C returns the result so
     far, marked `interrupted`. Bad config raises MlbError; OOM/crash at one size is recorded."""
+    from mlbaseline.runners.distributed import check_torchrun, torchrun_env
+
+    check_torchrun(cfg, torchrun_env())  # under torchrun: no second launcher, no replicates
     progress = progress or NullProgress()
     own_probe = probe is None
     probe = probe or default_probe()
@@ -343,6 +383,8 @@ def _run_once(
     telemetry_name: str,
     sampler: TelemetrySampler | None,
 ) -> Result:
+    from mlbaseline.runners.distributed import torchrun_env
+
     t = cfg.throughput
     device, result = _prepare(cfg, probe)
     spec = build_dataset(cfg)
@@ -357,6 +399,7 @@ def _run_once(
             max_length=d["max_length"],
         )
     run = SweepState(cfg, device, result, spec, progress, clock or PerfClock())
+    watch = _Watch.of(cfg, run.clock)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
     train = t.mode in ("train", "both")
     infer = t.mode in ("inference", "both")
@@ -365,9 +408,16 @@ def _run_once(
             if t.nproc > 1 and train:
                 from mlbaseline.runners.distributed import train_distributed
 
-                train_distributed(run)
+                with watch.account.phase("train (distributed)"):
+                    train_distributed(run)
                 train = False
-            _sweep(run, train, infer, tele)
+            launch = torchrun_env() if train else None
+            if launch is not None:  # one rank of an external torchrun (one or many nodes)
+                from mlbaseline.runners.distributed import train_torchrun
+
+                infer = train_torchrun(run, launch) and infer  # inference: rank 0 only
+                train = False
+            _sweep(run, train, infer, tele, watch)
     except MlbError:
         # bad input (a model factory that fails, say) writes nothing: not even the telemetry
         # CSV opened beside the result, which would also block the rerun without --force
@@ -378,6 +428,7 @@ def _run_once(
         result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
         for entry in run.entries.values():
             entry.setdefault("stop_reason", "interrupted")
+    watch.record(result)
     if tele is not None:
         _telemetry_data(result, tele, telemetry_name if csv_path else None, owned)
     _finish(result)
@@ -470,6 +521,7 @@ def run_replicates(
     n = cfg.throughput.repeats
     device, result = _prepare(cfg, probe)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
+    account = CpuAccount(cfg.throughput.contamination_cores)  # children are our own tree
     children: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="mlb-replicates-") as tmp:
         config_path = write_child_config(cfg, Path(tmp))
@@ -478,7 +530,8 @@ def run_replicates(
             progress.task(f"replicates (fresh processes, {device})", total=n) as task,
         ):
             for r in range(n):
-                run = run_child(child_command(config_path))
+                with account.phase(f"replicate {r}"):
+                    run = run_child(child_command(config_path))
                 doc = run.result
                 if doc is None:
                     if run.interrupted:
@@ -492,8 +545,9 @@ def run_replicates(
                     result.mark("interrupted", f"Ctrl-C during replicate {r}")
                     break
     pool_replicates(result, children)
-    # variance components and MDE per metric, recomputable from the raw values (issue 15)
-    result.data["noise"] = result_noise(result, cfg.compare)
+    # one account of the whole tree from here replaces each child's view of itself
+    result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
+    record_contamination(result, account)
     if tele is not None:
         _telemetry_data(result, tele, telemetry_name if csv_path else None, owned)
     _finish(result)
