@@ -3,44 +3,48 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from mlbaseline import formatting as fmt
-from mlbaseline.cli.common import CommonOptions, Ui, command, compact_table, execute, load_config
+from mlbaseline.cli.common import (
+    CommonOptions,
+    OptFloat,
+    OptInt,
+    OptPath,
+    OptStr,
+    Ui,
+    command,
+    compact_table,
+    execute,
+    load_config,
+    opt,
+)
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
-from mlbaseline.results import Result
+from mlbaseline.results import Result, write_result
+from mlbaseline.runners.ab import DEFAULT_PAIRS, run_ab
+from mlbaseline.runners.ab_process import (
+    DEFAULT_PROCESS_PAIRS,
+    DEFAULT_TURN_S,
+    Arm,
+    ProcessRun,
+    arm_paths,
+    parse_env,
+    run_ab_processes,
+)
+from mlbaseline.runners.throughput import CHILD_PREFIX
 from mlbaseline.stats.paired import PAIRED_THRESHOLD
 
 _STYLE = {"regressed": "red", "improved": "green", "unchanged": "", "inconclusive": "yellow"}
-
-SetAOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set-a", help="Arm A only: KEY=VAL on top of the config (repeatable).", show_default=False
-    ),
-]
-SetBOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set-b", help="Arm B only: KEY=VAL on top of the config (repeatable).", show_default=False
-    ),
-]
-PairsOpt = Annotated[int, typer.Option("--pairs", help="Pairs of steps (A and B) to run.", min=1)]
-BudgetOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--budget", help="Stop after this many seconds (finished pairs kept).", show_default=False
-    ),
-]
-ThresholdOpt = Annotated[
-    float,
-    typer.Option("--threshold", help="Practical band for the ratio B/A, as a fraction.", min=0),
-]
 
 
 def _verdict(text: str) -> str:
@@ -73,12 +77,24 @@ def ab_table(result: Result) -> Table:
     return table
 
 
+def _arm_line(d: dict[str, Any], arm: str) -> str:
+    parts = [", ".join(d.get("overrides", {}).get(arm) or []) or "(the config as is)"]
+    spec = d.get("arms", {}).get(arm)
+    if spec:  # fresh processes: how this arm's turns were started
+        parts.append(" ".join(spec["command"]))
+        parts += [f"in {spec['cwd']}"] if spec.get("cwd") else []
+        parts += [f"{k}={v}" for k, v in spec.get("env", {}).items()]
+    return f"{arm.upper()}: {escape('; '.join(parts))}"
+
+
 def render(result: Result, ui: Ui) -> None:
     d = result.data
     for arm in ("a", "b"):
-        sets = ", ".join(d.get("overrides", {}).get(arm) or []) or "(the config as is)"
-        ui.print(f"{arm.upper()}: {escape(sets)}")
+        ui.print(_arm_line(d, arm))
     ui.print(ab_table(result))
+    if d.get("dropped"):
+        last = escape(d["dropped"][-1]["error"])
+        ui.print(f"{len(d['dropped'])} pairs dropped (a turn failed); last: {last}")
     ui.print(f"stopped by {d.get('stop_reason')}; overall: {_verdict(str(d.get('verdict')))}")
 
 
@@ -86,46 +102,160 @@ def _arm_sets(common: CommonOptions, extra: list[str] | None) -> list[str]:
     return [*(common.sets or []), *(extra or [])]
 
 
+ListOpt = list[str] | None
+
+
+@dataclass(frozen=True)
+class AbOptions:
+    set_a: Annotated[ListOpt, opt("--set-a", "Arm A only: KEY=VAL on top of the config.")] = None
+    set_b: Annotated[ListOpt, opt("--set-b", "Arm B only: KEY=VAL on top of the config.")] = None
+    pairs: Annotated[
+        OptInt, opt("--pairs", "Pairs (A and B) to run (default 55; 12 with --processes).", min=1)
+    ] = None
+    budget: Annotated[
+        OptFloat, opt("--budget", "Stop after this many seconds (finished pairs kept).")
+    ] = None
+    threshold: Annotated[
+        float,
+        typer.Option("--threshold", help="Practical band for the ratio B/A, as a fraction.", min=0),
+    ] = PAIRED_THRESHOLD
+    processes: Annotated[
+        bool,
+        typer.Option(
+            "--processes",
+            help="Each arm's turn is a fresh process (--python/--cmd/--cwd/--env-X imply it).",
+        ),
+    ] = False
+    turn_s: Annotated[
+        OptFloat, opt("--turn-s", f"--processes: seconds each turn measures ({DEFAULT_TURN_S:g}).")
+    ] = None
+    python_a: Annotated[OptPath, opt("--python-a", "Arm A's interpreter (another venv).")] = None
+    python_b: Annotated[OptPath, opt("--python-b", "Arm B's interpreter (another venv).")] = None
+    cmd_a: Annotated[
+        OptStr, opt("--cmd-a", "Arm A's command in place of `python -m mlbaseline`.")
+    ] = None
+    cmd_b: Annotated[
+        OptStr, opt("--cmd-b", "Arm B's command in place of `python -m mlbaseline`.")
+    ] = None
+    cwd_a: Annotated[OptPath, opt("--cwd-a", "Arm A runs in DIR (another commit's checkout).")] = (
+        None
+    )
+    cwd_b: Annotated[OptPath, opt("--cwd-b", "Arm B runs in DIR (another commit's checkout).")] = (
+        None
+    )
+    env_a: Annotated[ListOpt, opt("--env-a", "Arm A's processes: KEY=VAL in their env.")] = None
+    env_b: Annotated[ListOpt, opt("--env-b", "Arm B's processes: KEY=VAL in their env.")] = None
+
+    def arm_options(self, arm: str) -> tuple[Path | None, str | None, Path | None, list[str]]:
+        """(python, cmd, cwd, env items) of one arm."""
+        return tuple(getattr(self, f"{k}_{arm}") for k in ("python", "cmd", "cwd", "env"))  # type: ignore[return-value]
+
+    @property
+    def fresh(self) -> bool:
+        """Fresh processes: asked for, or implied by an option only they can honour."""
+        return self.processes or any(v for a in ("a", "b") for v in self.arm_options(a))
+
+
+def _prefix(arm: str, python: Path | None, cmd: str | None) -> tuple[str, ...]:
+    """The command that starts mlbaseline for one arm's turns."""
+    flag = f"--python-{arm}"
+    if python is not None and cmd is not None:
+        raise UsageError(f"{flag} and --cmd-{arm}: give one of them")
+    if python is not None:
+        if not (python.is_file() and os.access(python, os.X_OK)):
+            raise UsageError(f"{flag}: {python}: not an executable file")
+        return (str(python), "-m", "mlbaseline")
+    if cmd is not None:
+        words = shlex.split(cmd)
+        if not words or shutil.which(words[0]) is None:
+            raise UsageError(f"--cmd-{arm}: {cmd!r}: no such command")
+        return tuple(words)
+    return CHILD_PREFIX
+
+
+def _process_arm(cfg: Config, o: AbOptions, arm: str) -> Arm:
+    python, cmd, cwd, env = o.arm_options(arm)
+    if cwd is not None and not cwd.is_dir():
+        raise UsageError(f"--cwd-{arm}: {cwd}: not a directory")
+    resolved = cwd.resolve() if cwd is not None else None
+    return Arm(cfg, _prefix(arm, python, cmd), resolved, parse_env(env, f"--env-{arm}"))
+
+
+def _check(o: AbOptions) -> None:
+    if o.threshold <= 0:
+        raise UsageError("--threshold: must be > 0")
+    if o.budget is not None and o.budget <= 0:
+        raise UsageError("--budget: must be > 0 seconds")
+    if o.turn_s is not None and not o.fresh:
+        raise UsageError("--turn-s: only with --processes (each turn is a fresh process)")
+    if o.turn_s is not None and o.turn_s <= 0:
+        raise UsageError("--turn-s: must be > 0 seconds")
+
+
+def _write_arms(run: ProcessRun, output: Path | None, force: bool, ui: Ui) -> None:
+    """Each arm's pooled result beside the verdict (ab.json → ab.a.json, ab.b.json)."""
+    if output is None:
+        return
+    for arm, path in arm_paths(output).items():
+        write_result(run.arms[arm], path, force=force)
+        run.result.artifacts[f"arm_{arm}"] = path.name
+        ui.print(f"[dim]arm {arm.upper()} written to {path}[/dim]")
+
+
 @command("ab")
-def ab(
-    common: CommonOptions,
-    set_a: SetAOpt = None,
-    set_b: SetBOpt = None,
-    pairs: PairsOpt = 55,
-    budget: BudgetOpt = None,
-    threshold: ThresholdOpt = PAIRED_THRESHOLD,
-) -> None:
-    """Paired, interleaved A/B of two training-step configs in one process.
+def ab(common: CommonOptions, o: AbOptions) -> None:
+    """Paired, interleaved A/B of two training-step configs or environments.
 
     Both arms are built from the same config (--config / --profile / --set), then --set-a and
-    --set-b apply to one arm each. After a warm-up, the arms run one training step each per
-    pair, in blocks ABBA or BAAB (seeded by golden.seed), every stage timed; drift of the
-    machine hits both arms of a pair alike and cancels in the ratio. Per stage: the median
-    per-pair ratio B/A with a bootstrap CI, a Wilcoxon signed-rank p (Holm across stages);
-    regressed only when p < compare.alpha AND the CI lies beyond ±threshold. Stops after
-    --pairs or --budget seconds; Ctrl-C keeps the finished pairs (exit 130). Exit 1 when a
-    stage regressed, 3 when the arms run on different devices.
+    --set-b apply to one arm each. By default both arms live in one process: after a warm-up
+    they run one training step each per pair, in blocks ABBA or BAAB (seeded by
+    golden.seed). With --processes, each arm's turn is a short fresh process (`mlb throughput`
+    training the first batch size for --turn-s seconds), in the same order; --python-X,
+    --cmd-X, --cwd-X and --env-X (X = a or b) start one arm's processes from another venv,
+    checkout (commit) or environment, and imply --processes; -o ab.json also writes each
+    arm's pooled processes to ab.a.json and ab.b.json. Drift of the machine hits both arms of
+    a pair alike and cancels in the ratio. Per stage: the median per-pair ratio B/A (of step
+    times, or of each process's medians) with a bootstrap CI, a Wilcoxon signed-rank p (Holm
+    across stages); regressed only when p < compare.alpha AND the CI lies beyond
+    ±threshold. Stops after --pairs or --budget seconds; Ctrl-C keeps the finished pairs
+    (exit 130). Exit 1 when a stage regressed, 3 when the arms run on different devices.
 
     Example: mlb ab --set-b workload.threads=2 --pairs 55 -o ab.json
+
+    Example: mlb ab --processes --cwd-b ../mlb-old --pairs 12 -o ab.json
     """
-    if threshold <= 0:
-        raise UsageError("--threshold: must be > 0")
-    if budget is not None and budget <= 0:
-        raise UsageError("--budget: must be > 0 seconds")
+    _check(o)
     arms: dict[str, Config] = {}
 
     def prepare(cfg: Config) -> None:
-        for arm, extra in (("a", set_a), ("b", set_b)):
+        for arm, extra in (("a", o.set_a), ("b", o.set_b)):
             arms[arm] = load_config(common.config, common.profile, _arm_sets(common, extra))
 
     def measure(cfg: Config, ui: Ui) -> Result:
-        from mlbaseline.runners.ab import run_ab
-
-        result = run_ab(arms["a"], arms["b"], pairs, budget, ui.progress, threshold=threshold)
-        result.data["overrides"] = {"a": list(set_a or []), "b": list(set_b or [])}
+        if o.fresh:
+            run = run_ab_processes(
+                _process_arm(arms["a"], o, "a"),
+                _process_arm(arms["b"], o, "b"),
+                o.pairs or DEFAULT_PROCESS_PAIRS,
+                o.budget,
+                ui.progress,
+                turn_s=o.turn_s or DEFAULT_TURN_S,
+                threshold=o.threshold,
+            )
+            _write_arms(run, common.output, common.force, ui)
+            result = run.result
+        else:
+            pairs = o.pairs or DEFAULT_PAIRS
+            result = run_ab(
+                arms["a"], arms["b"], pairs, o.budget, ui.progress, threshold=o.threshold
+            )
+        result.data["overrides"] = {"a": list(o.set_a or []), "b": list(o.set_b or [])}
         return result
 
-    execute(common, measure, prepare=prepare, render=render)
+    outputs = None
+    if o.fresh and common.output is not None:
+        outputs = (common.output, *arm_paths(common.output).values())
+    execute(common, measure, prepare=prepare, render=render, outputs=outputs)
 
 
-__all__: list[str] = ["ab", "ab_table"]
+__all__: list[str] = ["AbOptions", "ab", "ab_table"]

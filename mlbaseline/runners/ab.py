@@ -202,7 +202,7 @@ def _warn_pairs(result: Result, n: int, alpha: float) -> None:
 def _check_arms(cfg_a: Config, cfg_b: Config) -> str:
     for arm, cfg in (("A", cfg_a), ("B", cfg_b)):
         if cfg.throughput.nproc > 1:
-            raise UsageError(f"arm {arm}: mlb ab runs both arms in one process (nproc 1)")
+            raise UsageError(f"arm {arm}: mlb ab measures one process per arm (nproc 1)")
     dev_a, dev_b = resolve_device(cfg_a.workload.device), resolve_device(cfg_b.workload.device)
     if dev_a != dev_b:
         raise NotComparableError(f"the arms run on different devices: A {dev_a}, B {dev_b}")
