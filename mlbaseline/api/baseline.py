@@ -1,0 +1,422 @@
+"""`Baseline`: one batch size of the user's own training loop, measured by `mlb`'s core.
+
+A step is `with bl.step():`, or begins at a `next()` of `bl.data(loader)` (the data wait is
+its first stage) and ends when the `with bl.step():` block after it closes; without a step
+block, a step ends at the next `next()`. Inside a step every `with bl.stage(name):` block is
+timed by the CLI's stage timer (`measure.timers`: CPU clock, or CUDA events synchronized at
+the step's edges), and the step goes to the CLI's `StepLoop` (`measure.loop`), which detects
+the warm-up and applies the stop rule: `bl.done` says the rule is met. Stages that appear in
+one step and not in another count 0 there; the residual (step − stages) is reported, as in
+`mlb throughput`. `save()` writes a `throughput` result (`train.bs{B}.*`, the same checks),
+so `mlb compare`, `mlb report` and the history read it like any other.
+
+Under torch.distributed (an initialized process group), every rank measures, rank 0's
+warm-up and stop decisions are broadcast each step (`runners.distributed`'s `agree`, so all
+ranks stop at the same step), time the gradient all-reduce as `bl.stage("grad_sync")`, and
+`save()` (called on every rank) pools the ranks' values into one result on rank 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from mlbaseline.config import Config, build, deep_merge, nest, resolve
+from mlbaseline.envinfo import fingerprint
+from mlbaseline.errors import OutputExistsError, UsageError
+from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.determinism import resolve_device
+from mlbaseline.measure.gpu import GpuProbe, default_probe
+from mlbaseline.measure.loop import StepLoop, StopRule
+from mlbaseline.measure.memory import make_memory_meter
+from mlbaseline.measure.pooling import group_summary, pool_metrics
+from mlbaseline.measure.step import StepRecord, TrainRun
+from mlbaseline.measure.telemetry import TelemetrySampler
+from mlbaseline.measure.timers import StageTimer, make_timer
+from mlbaseline.results import Metric, Result, write_result
+from mlbaseline.runners.throughput import (
+    RESIDUAL_LIMIT,
+    _finish,  # the checks and stability warnings of every throughput result
+    _telemetry_data,  # the telemetry block of every throughput result
+    make_sampler,
+)
+
+B = TypeVar("B")
+ENDED = "loop_ended"  # stop reason when the user's loop ended before the stop rule
+_NO_STEP = 0
+_AUTO = 1  # begun by bl.data(); ends at the step block's end or at the next next()
+_BLOCK = 2  # inside `with bl.step():`
+
+
+class _Null:
+    """The stage block once the measurement is over: costs one attribute lookup."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _Null()
+
+
+class _StepBlock:
+    def __init__(self, bl: Baseline, samples: int | None) -> None:
+        self.bl, self.samples = bl, samples
+
+    def __enter__(self) -> None:
+        bl = self.bl
+        if bl.done:
+            return
+        if bl._state == _BLOCK:
+            raise UsageError("bl.step(): steps do not nest")
+        if bl._state == _NO_STEP:
+            bl._begin()
+        bl._state = _BLOCK
+
+    def __exit__(
+        self, tp: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        bl = self.bl
+        if bl._state != _BLOCK:
+            return
+        if tp is None:
+            bl._end(self.samples)
+        elif issubclass(tp, KeyboardInterrupt):
+            bl._stop_early("interrupted")
+        else:  # a failed step (an OOM, say) is not a measurement; the error propagates
+            bl._drop()
+
+
+class Baseline:
+    """Measure the user's own training loop at one batch size; see the module docstring.
+
+    `batch_size`: samples per step in this process (the `train.bs{B}` group; default
+    `golden.batch_size`); `bl.step(samples=n)` overrides it for one step. The config is the
+    CLI's (`config`: a `Config` or a YAML path; `profile`; `overrides` by dotted path, e.g.
+    `{"throughput.min_time_s": 2}`): its throughput section is the warm-up and stop rule, its
+    golden section the comparability keys. `clock`, `timer` and `probe` are for tests."""
+
+    def __init__(
+        self,
+        name: str = "own-loop",
+        batch_size: int | None = None,
+        device: str | None = None,
+        *,
+        config: Config | str | Path | None = None,
+        profile: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        telemetry: bool | None = None,
+        clock: Clock | None = None,
+        timer: StageTimer | None = None,
+        probe: GpuProbe | None = None,
+    ) -> None:
+        cfg = _config(name, batch_size, device, config, profile, overrides)
+        self.name, self.cfg = name, cfg
+        self.device = resolve_device(device or cfg.workload.device)
+        self.batch_size = int(batch_size or cfg.golden.batch_size)
+        self.clock = clock or PerfClock()
+        self.timer = timer or make_timer(self.device, self.clock)
+        self._ranks = _Ranks.detect(self.device, cfg.golden.seed)
+        agree = self._ranks.agree if self._ranks is not None else None
+        self.loop: StepLoop[StepRecord] = StepLoop(
+            StopRule.from_config(cfg.throughput), self.clock, agree
+        )
+        self._own_probe = probe is None
+        self.probe = probe or default_probe()
+        self.meter = make_memory_meter(self.device)
+        self.meter.reset()
+        self._stages: dict[str, None] = {}  # every stage seen, in the order first seen
+        self._state = _NO_STEP
+        on = cfg.throughput.telemetry if telemetry is None else telemetry
+        self.sampler: TelemetrySampler | None = make_sampler(self.probe, cfg) if on else None
+        self._window: list[float] = []
+        if self.sampler is not None:
+            self.sampler.start()
+
+    # ------------------------------------------------------------ the user's loop
+
+    @property
+    def done(self) -> bool:
+        """True once the stop rule is met (or Ctrl-C ended a step): stop the loop here."""
+        return self.loop.done
+
+    @property
+    def measuring(self) -> bool:
+        """True once the warm-up is over."""
+        return self.loop.warmup is not None
+
+    def step(self, samples: int | None = None) -> _StepBlock:
+        """One training step; a step begun by `bl.data()`'s `next()` continues in it."""
+        return _StepBlock(self, samples)
+
+    def stage(self, name: str) -> Any:
+        """Time one part of the current step (same name twice in a step: the times add)."""
+        if self._state == _NO_STEP:
+            if self.done:
+                return _NULL
+            raise UsageError(
+                f"bl.stage({name!r}) outside a step: put it in `with bl.step():` or in a "
+                "loop over bl.data(...)"
+            )
+        self._stages[name] = None
+        return self.timer.stage(name)
+
+    def data(self, iterable: Iterable[B]) -> Iterator[B]:
+        """Iterate `iterable`, timing each `next()` as the stage `data_wait`: it begins a step
+        when none is open, and inside `with bl.step():` (gradient accumulation) it adds to it."""
+        it = iter(iterable)
+        while True:
+            if self.done:
+                yield from it  # measured: the loop goes on untimed
+                return
+            if self._state == _AUTO:  # no step block since the last next(): that was a step
+                self._end(None)
+                continue  # the stop rule may have just been met
+            began = self._state == _NO_STEP
+            if began:
+                self._begin()
+                self._state = _AUTO
+            try:
+                with self.stage("data_wait"):
+                    item = next(it)
+            except StopIteration:
+                if began:
+                    self._drop()
+                return
+            except KeyboardInterrupt:
+                self._stop_early("interrupted")
+                raise
+            yield item
+
+    # ------------------------------------------------------------ step edges
+
+    def _begin(self) -> None:
+        if not self._window:
+            self._window.append(self._telemetry_t())
+        self.loop.begin()
+        self.timer.begin_step()
+
+    def _end(self, samples: int | None) -> None:
+        self._state = _NO_STEP
+        times = self.timer.end_step()
+        self.meter.update()
+        n = self.batch_size if samples is None else samples
+        self.loop.end(StepRecord(times, n), times.total_s)
+        if self.loop.done:
+            self._close_window()
+
+    def _drop(self) -> None:
+        self._state = _NO_STEP
+        if len(self.loop.starts) > len(self.loop.records):
+            self.loop.starts.pop()
+
+    def _stop_early(self, reason: str) -> None:
+        self._state = _NO_STEP
+        self.loop.end_early(reason)
+        self._close_window()
+
+    def _telemetry_t(self) -> float:
+        return self.sampler.elapsed_s() if self.sampler is not None else 0.0
+
+    def _close_window(self) -> None:
+        if len(self._window) == 1:
+            self._window.append(self._telemetry_t())
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    # ------------------------------------------------------------ the result
+
+    def close(self) -> None:
+        """End the measurement (a loop that ended before the stop rule says so) and stop the
+        telemetry sampler; `save()` and `result()` call it."""
+        if not self.done:
+            self._stop_early(ENDED)
+        if self._own_probe:
+            self.probe.close()
+            self._own_probe = False
+
+    def __enter__(self) -> Baseline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def result(self, telemetry_csv: str | None = None) -> Result:
+        """The throughput result of the steps so far (on every rank; pooled over the ranks,
+        whose metrics every rank must hand in: call it on all of them)."""
+        self.close()
+        loop = self.loop.result()
+        rank = self._ranks.rank if self._ranks is not None else None
+        world = self._ranks.world if self._ranks is not None else 1
+        prefix = f"train.bs{self.batch_size}"
+        stages = tuple(self._stages)
+        run = TrainRun(
+            batch_size=self.batch_size,
+            prefix=prefix,
+            stages=stages,
+            loop=loop,
+            memory_bytes=self.meter.peak_bytes(),
+            memory_kind=self.meter.kind,
+            world_size=world,
+            rank=rank,
+        )
+        parts = [(rank or 0, run.metrics(), run.info())]
+        if self._ranks is not None:
+            parts = self._ranks.gather(parts[0])
+        result = self._skeleton(stages, world)
+        _add_train(result, self.batch_size, prefix, parts, loop.stop_reason, self._window)
+        if loop.stop_reason == "interrupted":
+            result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
+        if self.sampler is not None:
+            _telemetry_data(result, self.sampler, telemetry_csv, owned=True)
+        _finish(result)
+        return result
+
+    def _skeleton(self, stages: tuple[str, ...], world: int) -> Result:
+        import torch
+
+        cfg = self.cfg.to_dict()
+        result = Result(kind="throughput", config=cfg)
+        result.environment = fingerprint(cfg, self.probe, self.device)
+        result.data = {
+            "source": "api",
+            "name": self.name,
+            "device": self.device,
+            "mode": "train",
+            "nproc": world,
+            "repeats": 1,
+            "timer": self.timer.kind,
+            "torch_threads": torch.get_num_threads(),
+            "stages": list(stages),
+            "residual_limit": RESIDUAL_LIMIT,
+            "batch_sizes": {},
+        }
+        if self._ranks is not None:
+            result.data["distributed"] = {"world_size": world, "backend": self._ranks.backend}
+        return result
+
+    def save(self, path: str | Path, force: bool = False) -> Path | None:
+        """Write the result JSON (atomically; an existing file needs `force`) and, with
+        telemetry on, the timeline beside it (`NAME.telemetry.csv`). Under torch.distributed
+        call it on every rank: rank 0 writes, the others return None."""
+        path = Path(path)
+        writer = self._ranks is None or self._ranks.rank == 0
+        if writer and path.exists() and not force:
+            raise OutputExistsError(f"{path}: already exists (use force=True to overwrite)")
+        csv_name = f"{path.stem}.telemetry.csv" if self.sampler is not None else None
+        result = self.result(csv_name)  # on every rank: the ranks' values are gathered
+        if not writer:
+            return None
+        if not result.measurements.get(f"train.bs{self.batch_size}.step", _EMPTY).values:
+            raise UsageError(
+                f"{self.name}: no measured step ({len(self.loop.records)} steps, all warm-up); "
+                "run more steps or lower throughput.warmup_min"
+            )
+        if self.sampler is not None and csv_name is not None:
+            self.sampler.write_csv(path.parent / csv_name)
+        return write_result(result, path, force=force)
+
+
+_EMPTY = Metric("none", "s", False, [])
+
+
+def _config(
+    name: str,
+    batch_size: int | None,
+    device: str | None,
+    config: Config | str | Path | None,
+    profile: str | None,
+    overrides: Mapping[str, Any] | None,
+) -> Config:
+    """The CLI's config (same precedence), with what the API knows better set on it: the
+    batch size, the device, and the model (the user's, named `api:NAME`)."""
+    if isinstance(config, Config):
+        merged = config.to_dict()
+        for dotted, value in (overrides or {}).items():
+            merged = deep_merge(merged, nest(dotted, value))
+        cfg = build(Config, merged)
+    else:
+        cfg = resolve(Path(config) if config else None, profile, overrides)
+    golden = dataclasses.replace(cfg.golden, batch_size=batch_size or cfg.golden.batch_size)
+    workload = dataclasses.replace(
+        cfg.workload, model=f"api:{name}", device=device or cfg.workload.device
+    )
+    throughput = dataclasses.replace(
+        cfg.throughput, mode="train", batch_sizes=[golden.batch_size], nproc=1, repeats=1
+    )
+    return dataclasses.replace(cfg, golden=golden, workload=workload, throughput=throughput)
+
+
+Part = tuple[int, list[Metric], dict[str, Any]]
+
+
+def _add_train(
+    result: Result,
+    batch_size: int,
+    prefix: str,
+    parts: list[Part],
+    stop_reason: str,
+    window: list[float],
+) -> None:
+    """The metrics (pooled over ranks when there are several) and the batch size's entry, as
+    `mlb throughput` writes them."""
+    if len(parts) == 1:
+        metrics = {m.name: m for m in parts[0][1]}
+    else:
+        metrics = pool_metrics([(r, {m.name: m for m in ms}) for r, ms, _ in parts], "rank")
+    for m in metrics.values():
+        result.add_metric(m)
+    info = dict(parts[0][2])
+    if len(parts) > 1:
+        info["peak_memory_bytes"] = max(p[2]["peak_memory_bytes"] for p in parts)
+        info["peak_memory_bytes_per_rank"] = {str(r): i["peak_memory_bytes"] for r, _, i in parts}
+        info["ranks"] = sorted(r for r, _, _ in parts)
+    train = {**group_summary(result.measurements, prefix), **info}
+    if len(window) == 2:
+        train["telemetry_window_s"] = list(window)
+    status = "interrupted" if stop_reason == "interrupted" else "ok"
+    result.data["batch_sizes"][str(batch_size)] = {
+        "batch_size": batch_size,
+        "status": status,
+        "stop_reason": stop_reason,
+        "train": train,
+    }
+
+
+@dataclasses.dataclass
+class _Ranks:
+    """This process's place in an initialized torch.distributed group."""
+
+    rank: int
+    world: int
+    backend: str
+    agree: Any  # Decision → Decision: rank 0's, broadcast (the CLI's distributed runner's)
+
+    @classmethod
+    def detect(cls, device: str, seed: int) -> _Ranks | None:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        from mlbaseline.runners.distributed import AllReduceParallel
+
+        rank, world, backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
+        # the decision travels as a tensor on the backend's device (NCCL: the GPU)
+        where = device if backend == "nccl" else "cpu"
+        return cls(rank, world, backend, AllReduceParallel(rank, world, where, seed).agree)
+
+    def gather(self, part: Part) -> list[Part]:
+        """Every rank's part on every rank (rank order)."""
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, part)
+        return sorted(out, key=lambda p: p[0])
+
+
+__all__ = ["ENDED", "Baseline"]

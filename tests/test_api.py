@@ -1,0 +1,354 @@
+"""The library API (`mlbaseline.api.Baseline`) around a user's own loop: stages add up to the
+step with the residual shown, a known cost lands in its stage, the warm-up and stop decisions
+are the CLI's (one `StepLoop`), CUDA events (faked), Ctrl-C, bad use, and the result file that
+`mlb compare` reads. Fake clocks everywhere a number is asserted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from mlbaseline.api import Baseline
+from mlbaseline.errors import OutputExistsError, UsageError
+from mlbaseline.measure import loop as loop_mod
+from mlbaseline.measure.clock import ManualClock, busy_wait
+from mlbaseline.measure.gpu import NullProbe
+from mlbaseline.measure.loop import StepLoop, StopRule, run_steps
+from mlbaseline.results import load_result
+
+# a small rule so that a loop settles in a few dozen fake steps
+OVER = {
+    "throughput.min_time_s": 0.0,
+    "throughput.min_steps": 8,
+    "throughput.max_steps": 60,
+    "throughput.max_time_s": 1e6,
+    "throughput.window": 4,
+    "throughput.warmup_min": 2,
+    "throughput.warmup_max": 20,
+}
+STAGES = {"h2d": 0.001, "forward": 0.004, "loss": 0.0005, "backward": 0.006, "optimizer": 0.002}
+GLUE = 0.0001  # between stages, outside any: the residual (3% of the step: under the 5% check)
+
+
+def baseline(clock: ManualClock, **kw: object) -> Baseline:
+    over = {**OVER, **kw.pop("overrides", {})}  # type: ignore[dict-item]
+    return Baseline(
+        "unit", 16, "cpu", overrides=over, clock=clock, telemetry=False, probe=NullProbe(), **kw
+    )
+
+
+def fake_loader(clock: ManualClock, wait_s: float) -> Iterator[int]:
+    i = 0
+    while True:
+        clock.advance(wait_s)  # the data wait
+        yield i
+        i += 1
+
+
+def train_step(bl: Baseline, clock: ManualClock, costs: dict[str, float]) -> None:
+    for name, cost in costs.items():
+        with bl.stage(name):
+            clock.advance(cost)
+        clock.advance(GLUE)
+
+
+def run_pattern_a(bl: Baseline, clock: ManualClock, costs: dict[str, float]) -> int:
+    """The README's loop: `for batch in bl.data(loader): with bl.step(): …; if bl.done: break`."""
+    n = 0
+    for _batch in bl.data(fake_loader(clock, 0.002)):
+        with bl.step():
+            train_step(bl, clock, costs)
+        n += 1
+        if bl.done:
+            break
+    return n
+
+
+def test_stages_add_up_to_the_step_with_the_residual_shown(tmp_path):
+    clock = ManualClock()
+    bl = baseline(clock)
+    n = run_pattern_a(bl, clock, STAGES)
+    assert bl.done and bl.loop.reason == "stable" and n == len(bl.loop.records)
+    path = bl.save(tmp_path / "own.json")
+    result = load_result(path, ["throughput"])
+    m = result.measurements
+    names = ["data_wait", *STAGES]
+    assert result.data["stages"] == names and result.data["source"] == "api"
+    assert m["train.bs16.step"].meta["stages"] == names
+    for i, total in enumerate(m["train.bs16.step"].values):
+        parts = sum(m[f"train.bs16.{s}"].values[i] for s in names)
+        assert total == pytest.approx(parts + m["train.bs16.residual"].values[i], abs=1e-12)
+    assert m["train.bs16.residual"].values == pytest.approx(
+        [GLUE * len(STAGES)] * len(m["train.bs16.residual"].values)
+    )
+    assert m["train.bs16.data_wait"].values[0] == pytest.approx(0.002)
+    assert m["train.bs16.forward"].values[0] == pytest.approx(STAGES["forward"])
+    train = result.data["batch_sizes"]["16"]["train"]
+    shares = sum(train["stage_share"].values()) + train["residual_share"]
+    assert shares == pytest.approx(1.0)
+    assert train["residual_share"] == pytest.approx(
+        GLUE * 5 / (0.002 + sum(STAGES.values()) + GLUE * 5)
+    )
+    checks = {c.name: c.status for c in result.verdict.checks}
+    assert checks == {"train.bs16.stop_rule": "pass", "train.bs16.residual": "pass"}
+    rate = m["train.bs16.samples_per_s"].values[0]
+    assert rate == pytest.approx(16 / m["train.bs16.step"].values[0])
+
+
+def test_a_busy_wait_in_one_stage_is_attributed_to_that_stage():
+    """On the fake clock a busy-wait is exact; then the same on the real clock, where only
+    lower bounds can be asserted on a shared machine."""
+    clock = ManualClock()
+    bl = baseline(clock)
+    run_pattern_a(bl, clock, {**STAGES, "forward": STAGES["forward"] + 0.05})
+    r = bl.result()
+    fwd = r.measurements["train.bs16.forward"].values
+    assert fwd == pytest.approx([STAGES["forward"] + 0.05] * len(fwd))
+    assert r.measurements["train.bs16.backward"].values[0] == pytest.approx(STAGES["backward"])
+
+    real = Baseline("real", 4, "cpu", overrides={**OVER, "throughput.max_steps": 10},
+                    telemetry=False, probe=NullProbe())  # fmt: skip
+    for _ in real.data(range(100)):
+        with real.step():
+            with real.stage("forward"):
+                busy_wait(0.01)
+            with real.stage("backward"):
+                pass
+        if real.done:
+            break
+    m = real.result().measurements
+    assert min(m["train.bs4.forward"].values) >= 0.01
+    assert all(
+        f > b
+        for f, b in zip(m["train.bs4.forward"].values, m["train.bs4.backward"].values, strict=True)
+    )
+
+
+def scripted_values() -> list[float]:
+    """Warm-up that decays, then noise around a level: enough to exercise both decisions."""
+    warm = [0.5, 0.3, 0.2, 0.15, 0.12]
+    return warm + [0.1 + 0.001 * ((i * 7) % 5) for i in range(200)]
+
+
+@pytest.mark.parametrize(
+    "rule_over", [{}, {"throughput.min_time_s": 2.0}, {"throughput.max_steps": 12}]
+)
+def test_warmup_and_stop_decisions_are_the_clis(rule_over):
+    """Same step times → same warm-up length, stop reason and step count as `run_steps`, the
+    CLI's loop; both go through the one `StepLoop`."""
+    values = scripted_values()
+    clock = ManualClock()
+    bl = baseline(clock, overrides=rule_over)
+    it = iter(values)
+    while not bl.done:
+        with bl.step(), bl.stage("forward"):
+            clock.advance(next(it))
+    cli_clock = ManualClock()
+    cli_values = iter(values)
+
+    def step() -> float:
+        v = next(cli_values)
+        cli_clock.advance(v)
+        return v
+
+    cli = run_steps(step, StopRule.from_config(bl.cfg.throughput), float, cli_clock)
+    api = bl.loop.result()
+    assert (api.warmup, api.stop_reason, len(api.records)) == (
+        cli.warmup,
+        cli.stop_reason,
+        len(cli.records),
+    )
+    assert api.values == pytest.approx(cli.values)
+
+
+def test_one_stop_rule_implementation(monkeypatch):
+    """`run_steps` and `Baseline` both hand every step to `StepLoop.end`."""
+    seen: list[str] = []
+    original = StepLoop.end
+
+    def spy(self, record, value):
+        seen.append("loop")
+        return original(self, record, value)
+
+    monkeypatch.setattr(loop_mod.StepLoop, "end", spy)
+    clock = ManualClock()
+    res = run_steps(
+        lambda: clock.advance(0.1) or 0.1, StopRule(min_steps=4, window=4), float, clock
+    )
+    assert len(seen) == len(res.records)
+    seen.clear()
+    bl = baseline(clock)
+    assert isinstance(bl.loop, StepLoop)
+    for _ in range(3):
+        with bl.step():
+            clock.advance(0.1)
+    assert seen == ["loop"] * 3
+
+
+def test_gradient_accumulation_sums_the_data_waits_of_one_step():
+    clock = ManualClock()
+    bl = baseline(clock)
+    it = bl.data(fake_loader(clock, 0.001))
+    for _ in range(3):
+        with bl.step(samples=64):
+            for _micro in range(4):
+                next(it)
+                with bl.stage("forward"):
+                    clock.advance(0.002)
+    rec = bl.loop.records
+    assert len(rec) == 3 and all(r.samples == 64 for r in rec)
+    assert rec[0].times.stages["data_wait"] == pytest.approx(0.004)
+    assert rec[0].times.stages["forward"] == pytest.approx(0.008)
+
+
+def test_without_a_step_block_a_step_runs_from_one_next_to_the_next():
+    clock = ManualClock()
+    bl = baseline(clock)
+    for _batch in bl.data(fake_loader(clock, 0.001)):
+        if bl.done:
+            break
+        with bl.stage("forward"):
+            clock.advance(0.003)
+    assert bl.loop.reason == "stable"
+    t = bl.loop.records[0].times
+    assert t.total_s == pytest.approx(0.004) and t.stages["data_wait"] == pytest.approx(0.001)
+
+
+def test_an_epoch_end_drops_the_step_it_began():
+    clock = ManualClock()
+    bl = baseline(clock)
+    for _ in range(2):  # two epochs of three batches
+        for _b in bl.data(range(3)):
+            with bl.step():
+                clock.advance(0.01)
+    assert len(bl.loop.records) == 6 and len(bl.loop.starts) == 6
+
+
+def test_ctrl_c_keeps_the_steps_so_far_and_marks_the_result(tmp_path):
+    clock = ManualClock()
+    bl = baseline(clock)
+    with pytest.raises(KeyboardInterrupt):
+        for i, _b in enumerate(bl.data(fake_loader(clock, 0.001))):
+            with bl.step():
+                clock.advance(0.01)
+                if i == 6:
+                    raise KeyboardInterrupt
+    assert bl.done and bl.loop.reason == "interrupted" and len(bl.loop.records) == 6
+    r = load_result(bl.save(tmp_path / "r.json"))
+    assert r.status == "interrupted"
+    assert r.data["batch_sizes"]["16"]["stop_reason"] == "interrupted"
+
+
+def test_a_failed_step_is_not_a_measurement():
+    clock = ManualClock()
+    bl = baseline(clock)
+    with pytest.raises(MemoryError), bl.step():
+        raise MemoryError("out of memory")
+    with bl.step():
+        clock.advance(0.01)
+    assert len(bl.loop.records) == 1 and len(bl.loop.starts) == 1
+
+
+def test_after_the_stop_rule_the_loop_runs_on_untimed():
+    clock = ManualClock()
+    bl = baseline(clock)
+    run_pattern_a(bl, clock, STAGES)
+    n = len(bl.loop.records)
+    seen = 0
+    for _b in bl.data(range(5)):
+        with bl.step(), bl.stage("forward"):
+            seen += 1
+    assert seen == 5 and len(bl.loop.records) == n
+
+
+def test_bad_use_is_one_line_errors(tmp_path):
+    clock = ManualClock()
+    bl = baseline(clock)
+    with pytest.raises(UsageError, match="outside a step"):
+        bl.stage("forward")
+    with pytest.raises(UsageError, match="do not nest"), bl.step(), bl.step():
+        pass
+    with bl.step():
+        clock.advance(0.01)
+    with pytest.raises(UsageError, match="no measured step"):
+        bl.save(tmp_path / "none.json")
+    assert not (tmp_path / "none.json").exists()
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(OutputExistsError):
+        baseline(clock).save(tmp_path / "x.json")
+
+
+def test_a_loop_that_ends_before_the_rule_says_so(tmp_path):
+    clock = ManualClock()
+    bl = baseline(clock)
+    for _b in bl.data(range(6)):
+        with bl.step():
+            clock.advance(0.01)
+    r = load_result(bl.save(tmp_path / "short.json"))
+    assert r.data["batch_sizes"]["16"]["stop_reason"] == "loop_ended"
+    checks = {c.name: c for c in r.verdict.checks}
+    assert checks["train.bs16.stop_rule"].status == "warn"
+
+
+def test_config_object_and_overrides_and_the_model_name(tmp_path):
+    from mlbaseline.config import resolve
+
+    cfg = resolve(overrides={"golden.seed": 7})
+    bl = Baseline("named", 8, "cpu", config=cfg, overrides={"throughput.min_steps": 3},
+                  telemetry=False, probe=NullProbe())  # fmt: skip
+    assert bl.cfg.golden.seed == 7 and bl.cfg.throughput.min_steps == 3
+    assert bl.cfg.golden.batch_size == 8 and bl.cfg.throughput.batch_sizes == [8]
+    assert bl.cfg.workload.model == "api:named" and bl.cfg.throughput.mode == "train"
+
+
+class FakeEvent:
+    """torch.cuda.Event on a fake clock: elapsed_time in milliseconds, as CUDA gives it."""
+
+    clock: ManualClock
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = None
+
+    def record(self, stream: object = None) -> None:
+        self.t = self.clock.now_ns()
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.t - self.t) / 1e6
+
+
+def test_on_cuda_stages_are_timed_by_cuda_events(monkeypatch, tmp_path):
+    clock = ManualClock()
+    FakeEvent.clock = clock
+    syncs: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 12345)
+    bl = Baseline("gpu", 16, "cuda", overrides=OVER, clock=clock, telemetry=False,
+                  probe=NullProbe())  # fmt: skip
+    assert bl.timer.kind == "cuda"
+    n = run_pattern_a(bl, clock, STAGES)
+    # one synchronize at each edge of every step (+1 from the memory meter's reset)
+    assert len(syncs) == 2 * n + 1
+    r = load_result(bl.save(tmp_path / "gpu.json"))
+    assert r.data["timer"] == "cuda" and r.environment["blocking"]["device"] == "cuda"
+    assert r.measurements["train.bs16.backward"].values[0] == pytest.approx(STAGES["backward"])
+    assert r.data["batch_sizes"]["16"]["train"]["peak_memory_bytes"] == 12345
+
+
+def test_telemetry_runs_while_measuring_and_lands_beside_the_result(tmp_path):
+    clock = ManualClock()
+    bl = Baseline("tele", 16, "cpu", overrides={**OVER, "golden.telemetry_interval_s": 0.05},
+                  clock=clock, probe=NullProbe())  # fmt: skip
+    assert bl.sampler is not None and bl.sampler.running
+    bl.sampler.sample_once()  # a row without waiting for the thread
+    run_pattern_a(bl, clock, STAGES)
+    assert not bl.sampler.running  # stopped when the rule was met
+    r = load_result(bl.save(tmp_path / "t.json"))
+    assert r.artifacts["telemetry"] == "t.telemetry.csv"
+    assert (tmp_path / "t.telemetry.csv").read_text().startswith("t_s,")
+    assert r.data["telemetry"]["owned"] is True
+    assert len(r.data["batch_sizes"]["16"]["train"]["telemetry_window_s"]) == 2
