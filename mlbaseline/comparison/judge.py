@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
+from mlbaseline.comparison import drift
 from mlbaseline.comparison.attribution import attribute_all
 from mlbaseline.comparison.matching import (
     Pair,
@@ -104,14 +105,57 @@ def compare_results(
         allow_mismatch=allow_mismatch,
         same_input=same_input,
     )
-    common = _match_names(comp, old, new)
-    pairs, judged = _pairs(comp, old, new, common, cfg)
+    controls = drift.control_names(old) | drift.control_names(new)
+    common = [n for n in _match_names(comp, old, new) if n not in controls]
+    shift = drift.control_shift(old, new, cfg, seed)
+    judged_new = drift.adjusted(new, shift.ratio, controls) if shift and shift.applied else new
+    pairs, judged = _pairs(comp, old, judged_new, common, cfg)
     with progress.task("comparing metrics", total=len(common)) as task:
-        comp.metrics = _judge(judged, old, new, cfg, seed, bool(blocking))
+        comp.metrics = _judge(judged, old, judged_new, cfg, seed, bool(blocking))
+        if judged_new is not new:
+            _, raw = _pairs(comp, old, new, common, cfg, record=False)
+            comp.metrics = _with_raw(comp.metrics, _judge(raw, old, new, cfg, seed, False))
         task.advance(len(common))
-    comp.attribution = attribute_all(old, new, pairs, comp.metrics, cfg, seed)
+    comp.metrics, comp.drift = _drift(comp.metrics, shift, cfg)
+    comp.attribution = attribute_all(old, judged_new, pairs, comp.metrics, cfg, seed)
     comp.warnings = _warnings(comp, old, new, judged, cfg)
     return comp
+
+
+def _with_raw(adjusted: list[MetricResult], raw: list[MetricResult]) -> list[MetricResult]:
+    """Each drift-adjusted metric with its raw (unadjusted) ratio, CI and verdict beside it."""
+    by_name = {m.name: m for m in raw}
+    out = []
+    for m in adjusted:
+        r = by_name[m.name].stat
+        raw_doc = {"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                   "change": r.change, "verdict": r.verdict}  # fmt: skip
+        out.append(replace(m, raw=raw_doc))
+    return out
+
+
+def _drift(
+    metrics: list[MetricResult], shift: drift.ControlShift | None, cfg: CompareConfig
+) -> tuple[list[MetricResult], dict[str, Any]]:
+    """The drift record, and the metrics with every regressed/improved verdict of a group that
+    shows the drift signature held back to inconclusive (see :mod:`.drift`)."""
+    sigs = drift.signatures(metrics, {m.name: m.stat.threshold for m in metrics})
+    held = {s.group: s for s in sigs}
+    out = []
+    for m in metrics:
+        sig = held.get(str(m.meta.get("group")))
+        if sig is not None and m.verdict in ("regressed", "improved"):
+            stat = replace(m.stat, verdict="inconclusive", mde=None, samples_needed=None)
+            m = replace(m, stat=stat, reason=sig.message())
+        out.append(m)
+    record = {
+        "control": shift.to_dict() if shift else None,
+        "adjusted": bool(shift and shift.applied),
+        "signatures": [s.to_dict() for s in sigs],
+        "machine_drift": bool(sigs) or bool(shift and shift.applied),
+        "method": drift.__doc__.split("\n\n", 1)[1].strip() if drift.__doc__ else "",
+    }
+    return out, record
 
 
 def _match_names(comp: Comparison, old: Result, new: Result) -> list[str]:
@@ -130,7 +174,12 @@ def _match_names(comp: Comparison, old: Result, new: Result) -> list[str]:
 
 
 def _pairs(
-    comp: Comparison, old: Result, new: Result, common: list[str], cfg: CompareConfig
+    comp: Comparison,
+    old: Result,
+    new: Result,
+    common: list[str],
+    cfg: CompareConfig,
+    record: bool = True,
 ) -> tuple[dict[str, Pair], dict[str, Pair]]:
     """(every valid pair, the pairs to judge); what cannot be judged goes to comp.skipped."""
     pairs: dict[str, Pair] = {}
@@ -143,7 +192,7 @@ def _pairs(
             pairs[name] = pair  # attribution uses every valid sample, judged or not
         if reason is None:
             judged[name] = pair  # type: ignore[assignment]
-        else:
+        elif record:
             comp.skipped.append({"metric": name, "code": reason[0], "reason": reason[1]})
     return pairs, judged
 
@@ -265,6 +314,7 @@ def _warnings(
             note = "; ".join(result.notes)
             msg = f"{label} is marked {result.status}" + (f" ({note})" if note else "")
             out.append({"code": "incomplete_input", "message": msg})
+    out += _drift_warnings(comp, old, new)
     out += _in_process_warning(comp, judged, cfg)
     out += _holm_floor_warning(judged, cfg)
     if comp.only_old or comp.only_new:
@@ -275,6 +325,29 @@ def _warnings(
                 f"{len(comp.only_new)} only in {comp.new['label']}: listed, not compared",
             }
         )
+    return out
+
+
+def _drift_warnings(comp: Comparison, old: Result, new: Result) -> list[dict[str, Any]]:
+    """Common-mode drift (the control moved too), the drift signature, contaminated inputs."""
+    out: list[dict[str, Any]] = []
+    control = comp.drift.get("control")
+    if control and control["applied"]:
+        out.append({"code": "common_mode_drift", "message": control["reason"] + "; raw deltas "
+                    "are kept beside each metric", "ratio": control["ratio"]})  # fmt: skip
+    for sig in comp.drift.get("signatures", []):
+        out.append({"code": "machine_drift", "message": sig["message"], "group": sig["group"],
+                    "factor": sig["factor"]})  # fmt: skip
+    for label, result in ((comp.old["label"], old), (comp.new["label"], new)):
+        info = result.data.get("contamination") or {}
+        if info.get("contaminated"):
+            out.append({
+                "code": "contaminated_input",
+                "message": f"{label} ran contaminated: other programs used "
+                f"{info['max_foreign_cores']:.2f} cores during {info['worst_phase']} (limit "
+                f"{info['threshold_cores']:g}); its figures include their load",
+                "side": label,
+            })  # fmt: skip
     return out
 
 

@@ -47,6 +47,8 @@ class MetricResult:
     level: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
     mde: float | None = None
+    # the unadjusted ratio, CI and verdict when the verdict used drift-adjusted values
+    raw: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -68,6 +70,8 @@ class MetricResult:
             **self.level,
             "mde": self.mde,
             "reason": self.reason,
+            "drift_adjusted": self.raw is not None,
+            "raw": self.raw,
         }
 
 
@@ -170,6 +174,8 @@ class Comparison:
     allow_mismatch: bool = False
     same_input: bool = False
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    # machine drift: the control's shift, whether verdicts were adjusted, drift signatures
+    drift: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fail_on(self) -> str:
@@ -203,6 +209,7 @@ class Comparison:
             "skipped": self.skipped,
             "counts": self.counts(),
             "warnings": self.warnings,
+            "drift": self.drift,
         }
         fails = failing_names(doc)
         doc["fail_on"] = self.fail_on
