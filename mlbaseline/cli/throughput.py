@@ -169,16 +169,21 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     name = telemetry_name(output) if output is not None else "telemetry.csv"
     outputs = (output, None if output is None else output.parent / name)
 
-    def measure(cfg: Config, ui: Ui) -> Result:
+    def measure(cfg: Config, ui: Ui) -> Result | None:
         from mlbaseline.measure.gpu import default_probe
+        from mlbaseline.runners.distributed import torchrun_env
         from mlbaseline.runners.throughput import run_throughput
 
+        launch = torchrun_env()
+        # under torchrun only rank 0 writes: the result (every rank pooled) and its telemetry
+        rank0 = launch is None or launch.rank == 0
         probe = default_probe()
         try:
-            folder = output.parent if output is not None else None
-            return run_throughput(cfg, ui.progress, probe, folder, telemetry_name=name)
+            folder = output.parent if output is not None and rank0 else None
+            result = run_throughput(cfg, ui.progress, probe, folder, telemetry_name=name)
         finally:
             probe.close()
+        return result if rank0 else None
 
     render = lambda result, ui: print_summary(ui, result)  # noqa: E731
     execute(common, measure, overrides, outputs=outputs, render=render)

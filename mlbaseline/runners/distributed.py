@@ -14,6 +14,12 @@ that all ranks run the same number of steps. Each rank writes its raw values to 
 batch size (so a crash or Ctrl-C loses at most the size in progress); the parent pools them into
 one result with rank ids. A failure at one batch size (OOM in any rank) is recorded and the sweep
 is relaunched from the next size.
+
+Under an external `torchrun` (one or many nodes: `torchrun_env()` finds RANK, WORLD_SIZE,
+LOCAL_RANK, GROUP_RANK and LOCAL_WORLD_SIZE), `mlb throughput` is itself one rank
+(`train_torchrun`): the same worker core measures each batch size, the ranks' raw values are
+gathered to rank 0 over torch.distributed after each size (no shared file system needed) and
+pooled there; only rank 0 writes the result. The node layout is a blocking fingerprint key.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from mlbaseline.config import Config, build
 from mlbaseline.envinfo import usable_cpus
+from mlbaseline.errors import ExitCode, MlbError, UsageError
 from mlbaseline.measure.loop import STOP_REASONS, Decision
 from mlbaseline.measure.pooling import group_summary, pool_metrics
 from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, is_oom, short_error
@@ -194,12 +203,17 @@ def _rank_setup(cfg: Config, device_kind: str) -> tuple[dict[str, Any], str]:
         device, backend = f"cuda:{local}", "nccl"
     else:
         device, backend = "cpu", "gloo"
-    # N processes share the CPUs: one thread share each unless the config says otherwise
-    threads = cfg.workload.threads or max(1, usable_cpus() // world)
+    # the processes of one node share its CPUs: one thread share each unless the config says
+    # otherwise (LOCAL_WORLD_SIZE: the processes on this node; torchrun and the launcher set it)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    threads = cfg.workload.threads or max(1, usable_cpus() // local_world)
     torch.set_num_threads(threads)
     payload: dict[str, Any] = {
         "rank": rank,
         "world_size": world,
+        "local_rank": local,
+        "group_rank": int(os.environ.get("GROUP_RANK", 0)),
+        "hostname": socket.gethostname(),
         "pid": os.getpid(),
         "device": device,
         "backend": backend,
@@ -348,11 +362,10 @@ def _read_payloads(out: Path, world: int) -> list[dict[str, Any]]:
 def train_distributed(run: SweepState) -> None:
     """Measure every batch size with `nproc` processes; pool the ranks into `run.result`.
     Raises KeyboardInterrupt after recording what was measured if Ctrl-C stopped it."""
-    import tempfile
-
     cfg, result = run.cfg, run.result
     world = cfg.throughput.nproc
     remaining = list(cfg.throughput.batch_sizes)
+    record_layout(result, 1, world, [socket.gethostname()] * world)
     result.data["distributed"] = {
         "launcher": "torch.distributed.launcher.api.elastic_launch",
         "backend": "nccl" if run.device.startswith("cuda") else "gloo",
@@ -468,3 +481,195 @@ def _overlap(entry: dict[str, Any]) -> None:
         "meaning": "DDP overlaps the all-reduce with backward; the difference between the two "
         "step times is the sync time that overlap hid",
     }
+
+
+# ---------------------------------------------------------------- under an external torchrun
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+
+
+class RankFailedError(MlbError):
+    """This rank (not rank 0) could not finish its part of a torchrun measurement."""
+
+    exit_code = ExitCode.FAILED
+
+
+@dataclass(frozen=True)
+class TorchrunEnv:
+    """What torchrun told this process about the run it is one rank of."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    group_rank: int
+    local_world_size: int
+    nnodes: int
+    run_id: str | None = None
+
+
+def torchrun_env(environ: Mapping[str, str] | None = None) -> TorchrunEnv | None:
+    """The torchrun environment of this process, or None when not launched by torchrun (all
+    five variables must be set: a lone RANK left in a shell is not a launch)."""
+    env = os.environ if environ is None else environ
+    if not all(env.get(k) for k in TORCHRUN_VARS):
+        return None
+    try:
+        v = {k: int(env[k]) for k in TORCHRUN_VARS}
+        # GROUP_WORLD_SIZE: torchrun's number of nodes; without it, nodes are equal in size
+        nnodes = int(env.get("GROUP_WORLD_SIZE") or v["WORLD_SIZE"] // v["LOCAL_WORLD_SIZE"])
+    except ValueError:
+        found = ", ".join(f"{k}={env[k]}" for k in TORCHRUN_VARS)
+        raise UsageError(f"torchrun environment: expected integers, got {found}") from None
+    return TorchrunEnv(
+        v["RANK"],
+        v["WORLD_SIZE"],
+        v["LOCAL_RANK"],
+        v["GROUP_RANK"],
+        v["LOCAL_WORLD_SIZE"],
+        nnodes,
+        env.get("TORCHELASTIC_RUN_ID"),
+    )
+
+
+def check_torchrun(cfg: Config, launch: TorchrunEnv | None) -> None:
+    """Under torchrun the world is torchrun's: no second launcher, no fresh-process children
+    (they would inherit this rank's identity)."""
+    if launch is None:
+        return
+    if cfg.throughput.nproc > 1:
+        raise UsageError(
+            f"throughput.nproc: {cfg.throughput.nproc} under torchrun, which already started "
+            f"{launch.world_size} processes; leave --nproc at 1 (torchrun's --nproc-per-node "
+            "sets the processes)"
+        )
+    if cfg.throughput.repeats > 1:
+        raise UsageError("throughput.repeats: fresh-process replicates cannot run under torchrun")
+
+
+def record_layout(result: Any, nnodes: int, nproc_per_node: int, hostnames: list[str]) -> None:
+    """The node layout in the fingerprint: its shape is a blocking key (2 nodes × 1 process is
+    another measurement than 1 × 2: the gradients cross the network), the hostnames per rank are
+    recorded beside it (the same layout on other nodes of the same kind stays comparable)."""
+    result.environment.setdefault("blocking", {})["node_layout"] = {
+        "nnodes": nnodes,
+        "nproc_per_node": nproc_per_node,
+        "world_size": nnodes * nproc_per_node,
+    }
+    result.environment.setdefault("informational", {})["hostnames_by_rank"] = hostnames
+
+
+def _handle_stop_signals(flag: dict[str, bool]) -> dict[int, Any]:
+    """Ctrl-C reaches every rank; torchrun's agent then sends SIGTERM. Both become a flag that
+    rank 0 turns into a stop decision, so the ranks leave at the same step."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda *_: flag.__setitem__("interrupted", True))
+    return previous
+
+
+def train_torchrun(run: SweepState, launch: TorchrunEnv) -> bool:
+    """Measure every batch size as one rank of an external torchrun; rank 0 pools every rank
+    of every node into `run.result`. Returns whether this process is rank 0 (only rank 0 goes
+    on to inference and writes the result). Raises KeyboardInterrupt on rank 0 after pooling
+    if Ctrl-C stopped it; RankFailedError on another rank that failed."""
+    import torch.distributed as dist
+
+    cfg = run.cfg
+    payload, backend = _rank_setup(cfg, "cuda" if run.device.startswith("cuda") else "cpu")
+    flag = {"interrupted": False}
+    previous = _handle_stop_signals(flag)
+    timeout = timedelta(seconds=max(300.0, 4 * cfg.throughput.max_time_s))
+    dist.init_process_group(backend, timeout=timeout)
+    gathered: list[dict[str, Any]] = []
+    error = None
+    try:
+        ranks = _gather({k: payload[k] for k in payload if k != "runs"}, launch, all_ranks=True)
+        _describe_torchrun(run, launch, backend, ranks)
+        with tempfile.TemporaryDirectory(prefix="mlb-torchrun-") as tmp:
+            for batch_size in cfg.throughput.batch_sizes:
+                _measure_sizes(cfg, [batch_size], Path(tmp), payload, lambda: flag["interrupted"])
+                gathered = _gather(payload, launch)
+                if _was_interrupted([payload]):
+                    break
+    except Exception as exc:  # OOM or a crash here, or a peer that left a collective
+        if launch.rank != 0:
+            raise RankFailedError(f"rank {launch.rank}: {short_error(exc)}") from exc
+        error = short_error(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if launch.rank != 0:
+        return False
+    # rank 0's own latest part replaces its gathered one: it holds the size that failed
+    parts = sorted([p for p in gathered if p["rank"] != 0] + [payload], key=lambda p: p["rank"])
+    _pool(run, parts, launch.world_size)
+    if error is not None:
+        _stopped_by(run, error)
+    if _was_interrupted([payload]):
+        raise KeyboardInterrupt
+    return True
+
+
+def _gather(obj: Any, launch: TorchrunEnv, all_ranks: bool = False) -> list[Any]:
+    """Every rank's `obj` (a picklable dict) on rank 0 (`all_ranks`: on every rank), in rank
+    order, over the process group: ranks on other nodes share no file system."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * launch.world_size
+    if all_ranks:
+        dist.all_gather_object(out, obj)
+        return out
+    dist.gather_object(obj, out if launch.rank == 0 else None, dst=0)
+    return out if launch.rank == 0 else []
+
+
+def _describe_torchrun(
+    run: SweepState, launch: TorchrunEnv, backend: str, ranks: list[dict[str, Any]]
+) -> None:
+    world = launch.world_size
+    hostnames = [r["hostname"] for r in ranks]
+    record_layout(run.result, launch.nnodes, launch.local_world_size, hostnames)
+    run.result.data.update(nproc=world, stages=list(DIST_STAGES))
+    keys = ("rank", "group_rank", "local_rank", "hostname", "pid", "device", "threads")
+    run.result.data["distributed"] = {
+        "launcher": "torchrun (external)",
+        "run_id": launch.run_id,
+        "backend": backend,
+        "world_size": world,
+        "nnodes": launch.nnodes,
+        "nproc_per_node": launch.local_world_size,
+        "sync_modes": list(SYNC_MODES[run.cfg.throughput.sync_mode]),
+        "decisions": "rank 0's warm-up and stop decisions, broadcast each step",
+        "pooling": "every rank's raw values gathered to rank 0 (gather_object) after each "
+        "batch size",
+        "busbw_factor": "2(n-1)/n",
+        "ranks": [{k: r[k] for k in keys} for r in ranks],
+    }
+
+
+def _stopped_by(run: SweepState, error: str) -> None:
+    """A failure ends a torchrun measurement on every node (it cannot be relaunched from the
+    next size as the own launcher does): record where, and what was not measured."""
+    sizes = list(run.cfg.throughput.batch_sizes)
+    modes = SYNC_MODES[run.cfg.throughput.sync_mode]
+
+    def pooled(b: int) -> bool:
+        entry = run.entries.get(str(b), {})
+        parts = [entry.get(PART[m]) for m in modes]
+        return all(isinstance(p, dict) and p.get("status") is None for p in parts)
+
+    at = next((b for b in sizes if not pooled(b)), None)
+    if at is None:
+        return
+    if not any(isinstance(run.entry(at).get(PART[m]), dict) for m in modes):
+        run.failed(at, "train", RuntimeError(error))
+    rest = ", ".join(map(str, sizes[sizes.index(at) + 1 :])) or "none"
+    run.result.warn(
+        "torchrun_stopped",
+        f"torchrun: the run stopped at batch size {at} ({error}); not measured after it: "
+        f"{rest} (a failed rank ends a torchrun run on every node)",
+        error=error,
+        batch_size=at,
+    )
