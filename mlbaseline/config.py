@@ -45,6 +45,18 @@ class GoldenConfig:
     telemetry_interval_s: float = _f(0.1, "Telemetry sampling interval in seconds.", gt=0)
 
 
+# torch.compile modes `workload.compile` accepts ("off": eager, no compile).
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Workload options that change what a step computes: each is a blocking (comparability) key of
+# the fingerprint; a result that predates one compares as its default.
+WORKLOAD_OPTION_KEYS = (
+    "workload.compile",
+    "workload.amp",
+    "workload.grad_accum",
+    "workload.channels_last",
+)
+
+
 @dataclass(frozen=True)
 class WorkloadConfig:
     """What is measured: model, data, loss and optimizer, by name or import path."""
@@ -86,6 +98,30 @@ class WorkloadConfig:
     deterministic: bool = _f(True, "torch.backends.cudnn.deterministic.")
     cudnn_benchmark: bool = _f(False, "torch.backends.cudnn.benchmark (False keeps kernels fixed).")
     threads: int | None = _f(None, "torch.set_num_threads; default: torch's own choice.", min=1)
+    compile: str = _f(
+        "off",
+        "torch.compile mode for training and inference (`off`: eager). The first step's "
+        "compile is timed apart (`compile_s`), never warm-up or steady state.",
+        choices=COMPILE_MODES,
+    )
+    amp: str = _f(
+        "off",
+        "Autocast dtype (`off`, `bfloat16`, `float16`); float16 also scales the loss with a "
+        "GradScaler and needs CUDA; the model stays float32 (workload.dtype).",
+        choices=("off", "bfloat16", "float16"),
+    )
+    grad_accum: int = _f(
+        1,
+        "Micro-batches per optimizer step: one measured step is N forward/backward passes "
+        "(stages summed over them) and one optimizer step; samples per step = N × batch size.",
+        min=1,
+    )
+    channels_last: bool = _f(False, "Model and 4-D inputs in torch.channels_last memory format.")
+    import_paths: list[str] = _f(
+        [],
+        "Folders searched for `module:attr` targets, after the installed packages (relative "
+        "to the config file); the config file's folder and the cwd are always searched.",
+    )
 
 
 @dataclass(frozen=True)
@@ -477,7 +513,25 @@ def resolve(
         if value is not None:
             merged = deep_merge(merged, nest(dotted, value))
     merged["profile"] = name
+    if config_file is not None:
+        merged = _with_config_dir(merged, config_file)
     return build(Config, merged)
+
+
+def _with_config_dir(merged: dict[str, Any], config_file: Path) -> dict[str, Any]:
+    """workload.import_paths relative to the config file, then the file's own folder: a
+    `module:attr` beside the config imports from any cwd (wrong types are left to build)."""
+    workload = merged.get("workload", {})
+    if not isinstance(workload, Mapping) or not isinstance(workload.get("import_paths", []), list):
+        return merged
+    workload = dict(workload)
+    paths = workload.get("import_paths", [])
+    base = config_file.resolve().parent
+    out = [str(base / p) if isinstance(p, str) else p for p in paths]  # absolute stays absolute
+    if str(base) not in out:
+        out.append(str(base))
+    workload["import_paths"] = out
+    return {**merged, "workload": workload}
 
 
 # ---------------------------------------------------------------- documentation

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlbaseline.config import WORKLOAD_OPTION_KEYS
 from mlbaseline.measure.gpu import GpuProbe, GpuProbeError
 
 # Environment variables that change performance and are safe to record. Nothing else is kept.
@@ -42,6 +43,7 @@ BLOCKING_CONFIG_KEYS = (
     "golden.subset_size",
     "golden.telemetry_interval_s",
     "workload.dtype",
+    *WORKLOAD_OPTION_KEYS,  # compile, amp, grad_accum, channels_last
 )
 
 

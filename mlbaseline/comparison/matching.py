@@ -11,7 +11,7 @@ import numpy as np
 
 from mlbaseline import stats
 from mlbaseline.comparison.model import SKIP_RESIDUAL
-from mlbaseline.config import CompareConfig, flatten
+from mlbaseline.config import WORKLOAD_OPTION_KEYS, CompareConfig, Config, flatten
 from mlbaseline.errors import ConfigError
 from mlbaseline.results import Metric, Result
 
@@ -19,6 +19,9 @@ from mlbaseline.results import Metric, Result
 
 
 _ABSENT = "(absent)"
+_OPTION_DEFAULTS = {
+    k: v for k, v in flatten(Config().to_dict()).items() if k in WORKLOAD_OPTION_KEYS
+}
 
 
 def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -31,13 +34,23 @@ def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]
     return rows
 
 
+def _predated(blocking: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A result written before a workload option was a blocking key ran with its default:
+    it compares as that default, not as '(absent)' (an empty fingerprint stays empty)."""
+    out = dict(blocking or {})
+    if out:
+        for key in WORKLOAD_OPTION_KEYS:
+            out.setdefault(key, _OPTION_DEFAULTS[key])
+    return out
+
+
 def environment_differences(
     old: Result, new: Result
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(blocking, informational) differences as rows {key, old, new}; informational also
     lists config values that differ, prefixed ``config.``."""
     env_old, env_new = old.environment or {}, new.environment or {}
-    blocking = _diff(env_old.get("blocking") or {}, env_new.get("blocking") or {})
+    blocking = _diff(_predated(env_old.get("blocking")), _predated(env_new.get("blocking")))
     info = _diff(env_old.get("informational") or {}, env_new.get("informational") or {})
     info += [
         {**row, "key": f"config.{row['key']}"} for row in _diff(old.config or {}, new.config or {})

@@ -6,6 +6,13 @@ host→device copy, forward, loss, backward, gradient sync (multi-process only),
 (`optimizer.step()` + `optimizer.zero_grad()`), and the step's own total; residual = total − sum
 of stages, per step. How a process relates to others is a `Parallel`: `SingleProcess` here, the
 multi-process ones in `runners.distributed`.
+
+With gradient accumulation (`accum` N > 1) one step is still one optimizer step: N micro-batches,
+each drawn, copied, run forward, scored and back-propagated (each loss divided by N, so the
+gradient is the mean over the N micro-batches), then one gradient sync and one optimizer step.
+The data_wait / h2d / forward / loss / backward stages are the sums over the N micro-batches, and
+the step's samples are N × the batch size. Mixed precision is a `Precision`: autocast around
+forward and loss, and with float16 on CUDA a GradScaler around backward and the optimizer step.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from mlbaseline.errors import ConfigError
+from mlbaseline.measure.clock import Clock
 from mlbaseline.measure.loop import Decision, LoopResult
 from mlbaseline.measure.timers import StageTimer, StepTimes
 from mlbaseline.results import Metric
@@ -160,8 +169,76 @@ class StepRecord:
     samples: int
 
 
+class GradScalerLike(Protocol):
+    """What a step needs of `torch.amp.GradScaler` (a fake stands in for it on CPU)."""
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor: ...
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Any: ...
+
+    def update(self) -> None: ...
+
+
+AMP_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Precision:
+    """Autocast and loss scaling of one training step. `off` changes nothing; bfloat16 and
+    float16 autocast forward and loss; a scaler (float16 on CUDA: its gradients underflow
+    without one) scales the loss before backward and unscales in the optimizer step."""
+
+    def __init__(
+        self, amp: str = "off", device_type: str = "cpu", scaler: GradScalerLike | None = None
+    ) -> None:
+        self.amp, self.device_type, self.scaler = amp, device_type, scaler
+
+    def autocast(self) -> Any:
+        if self.amp == "off":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=AMP_DTYPES[self.amp])
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is None:
+            optimizer.step()
+            return
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+
+def make_precision(
+    amp: str,
+    device: str,
+    dtype: torch.dtype,
+    scaler_factory: Callable[[], GradScalerLike] | None = None,
+) -> Precision:
+    """The `Precision` for `workload.amp` on `device`; a combination that cannot run is a
+    ConfigError. `scaler_factory` builds the GradScaler (tests pass a fake)."""
+    if amp == "off":
+        return Precision()
+    if amp not in AMP_DTYPES:
+        raise ConfigError(f"workload.amp: {amp!r} is not one of off, {', '.join(AMP_DTYPES)}")
+    if dtype != torch.float32:
+        raise ConfigError(
+            "workload.amp: autocast needs a float32 model (workload.dtype: float32); "
+            "a half-precision model has nothing to autocast"
+        )
+    device_type = device.split(":")[0]
+    if amp == "float16" and device_type != "cuda":
+        raise ConfigError(
+            "workload.amp: float16 (autocast + GradScaler) needs CUDA; on CPU use bfloat16"
+        )
+    scaler = None
+    if amp == "float16":
+        scaler = (scaler_factory or (lambda: torch.amp.GradScaler("cuda")))()
+    return Precision(amp, device_type, scaler)
+
+
 class TrainStep:
-    """One timed training step; every stage in its own timer block."""
+    """One timed training step (one optimizer step over `accum` micro-batches); every stage
+    in its own timer block."""
 
     def __init__(
         self,
@@ -174,33 +251,80 @@ class TrainStep:
         timer: StageTimer,
         sync: GradSync | None = None,
         no_sync: Callable[[], Any] = contextlib.nullcontext,
+        *,
+        precision: Precision | None = None,
+        accum: int = 1,
+        memory_format: torch.memory_format = torch.contiguous_format,
     ) -> None:
+        if accum < 1:
+            raise ValueError("accum must be >= 1")
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
         self.batches, self.device, self.dtype, self.timer = batches, device, dtype, timer
         self.sync, self.no_sync = sync, no_sync
+        self.precision = precision or Precision()
+        self.accum, self.memory_format = accum, memory_format
         self.non_blocking = device.startswith("cuda")
+
+    def _inputs(self, batch: Any) -> tuple[Any, Any]:
+        x, y = split_batch(to_device(batch, self.device, self.dtype, self.non_blocking))
+        if self.memory_format is not torch.contiguous_format and _is_image(x):
+            x = x.contiguous(memory_format=self.memory_format)
+        return x, y
+
+    def _micro_batch(self, last: bool) -> int:
+        t = self.timer
+        with t.stage("data_wait"):
+            batch = next(self.batches)
+        with t.stage("h2d"):
+            x, y = self._inputs(batch)
+        # DDP syncs in backward: skip it on all but the last micro-batch, then the parallel
+        # mode decides (explicit all-reduce keeps it off there too)
+        skip = getattr(self.model, "no_sync", None)
+        with self.no_sync() if last or skip is None else skip():
+            with t.stage("forward"), self.precision.autocast():
+                out = self.model(x)
+            with t.stage("loss"), self.precision.autocast():
+                loss = self.loss_fn(out, y)
+                if self.accum > 1:
+                    loss = loss / self.accum
+            with t.stage("backward"):
+                self.precision.backward(loss)
+        return batch_len(y)
 
     def __call__(self) -> StepRecord:
         t = self.timer
         t.begin_step()
-        with t.stage("data_wait"):
-            batch = next(self.batches)
-        with t.stage("h2d"):
-            x, y = split_batch(to_device(batch, self.device, self.dtype, self.non_blocking))
-        with self.no_sync():
-            with t.stage("forward"):
-                out = self.model(x)
-            with t.stage("loss"):
-                loss = self.loss_fn(out, y)
-            with t.stage("backward"):
-                loss.backward()
+        samples = sum(self._micro_batch(i == self.accum - 1) for i in range(self.accum))
         if self.sync is not None:
             with t.stage("grad_sync"):
                 self.sync()
         with t.stage("optimizer"):
-            self.optimizer.step()
+            self.precision.step(self.optimizer)
             self.optimizer.zero_grad()
-        return StepRecord(t.end_step(), batch_len(y))
+        return StepRecord(t.end_step(), samples)
+
+
+def _is_image(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.dim() == 4
+
+
+def first_call(step: Callable[[], Any], clock: Clock, what: str = "workload.compile") -> float:
+    """Run one call outside the measurement and return its wall seconds: under torch.compile
+    the first call traces and compiles (forward, and backward in a training step) and also
+    does that call's own work. A compile failure is one ConfigError line, not a traceback."""
+    t0 = clock.now_ns()
+    try:
+        step()
+    except Exception as exc:
+        from torch._dynamo.exc import TorchDynamoException  # InductorError derives from it
+
+        if isinstance(exc, TorchDynamoException):
+            raise ConfigError(
+                f"{what}: torch.compile failed at the first call ({short_error(exc)}); "
+                "set workload.compile: off to measure eagerly"
+            ) from None
+        raise
+    return (clock.now_ns() - t0) / 1e9
 
 
 @dataclass
@@ -217,6 +341,8 @@ class TrainRun:
     rank: int | None = None
     grad_bytes: int | None = None
     epochs: int = 0
+    compile_s: float | None = None  # the first (compiling) step, outside warm-up and measurement
+    accum: int = 1
 
     def _metric(
         self, name: str, unit: str, hib: bool, fn: Callable[[StepRecord], float], **meta: Any
@@ -294,22 +420,30 @@ class TrainRun:
             "epochs": self.epochs,
             "world_size": self.world_size,
             "grad_bytes": self.grad_bytes,
+            "grad_accum": self.accum,
+            "samples_per_step": self.batch_size * self.accum,
+            "compile_s": self.compile_s,
         }
 
 
 __all__ = [
+    "AMP_DTYPES",
     "DIST_STAGES",
     "TRAIN_STAGES",
     "Batches",
+    "GradScalerLike",
     "GradSync",
     "Parallel",
+    "Precision",
     "SingleProcess",
     "StepRecord",
     "TrainRun",
     "TrainStep",
     "batch_len",
+    "first_call",
     "free_memory",
     "is_oom",
+    "make_precision",
     "short_error",
     "split_batch",
     "to_device",

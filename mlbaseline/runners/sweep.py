@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from mlbaseline.config import Config
-from mlbaseline.measure.clock import Clock
+from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import set_determinism
 from mlbaseline.measure.loop import StopRule, run_steps
 from mlbaseline.measure.memory import make_memory_meter
@@ -25,8 +25,10 @@ from mlbaseline.measure.step import (
     StepRecord,
     TrainRun,
     TrainStep,
+    first_call,
     free_memory,
     is_oom,
+    make_precision,
     short_error,
     split_batch,
     to_device,
@@ -39,6 +41,8 @@ from mlbaseline.workloads.factory import (
     build_loss,
     build_model,
     build_optimizer,
+    compile_model,
+    memory_format,
     model_dtype,
 )
 
@@ -97,15 +101,19 @@ def train_one_size(
     par = parallel or SingleProcess()
     step, batches = build_step(cfg, spec, batch_size, device, par, clock)
     meter = make_memory_meter(device)
+    step.model.train()
+    compile_s = None
 
     def measured_step() -> StepRecord:
         record = step()
         meter.update()
         return record
 
-    step.model.train()
-    meter.reset()
     try:
+        if cfg.workload.compile != "off":
+            # the compiling first step is timed on its own: neither warm-up nor measured
+            compile_s = first_call(step, clock or PerfClock())
+        meter.reset()
         loop = run_steps(
             measured_step,
             StopRule.from_config(cfg.throughput),
@@ -132,6 +140,8 @@ def train_one_size(
         rank=par.rank,
         grad_bytes=step.sync.nbytes if step.sync is not None else None,
         epochs=epochs,
+        compile_s=compile_s,
+        accum=step.accum,
     )
 
 
@@ -143,18 +153,22 @@ def build_step(
     par: Parallel,
     clock: Clock | None,
 ) -> tuple[TrainStep, Batches]:
-    """Model, loss, optimizer and loader built fresh under the configured seeds."""
+    """Model, loss, optimizer and loader built fresh under the configured seeds, with the
+    workload options (amp, grad_accum, channels_last, compile) applied: the one place a
+    training step is built from a config."""
     w = cfg.workload
     set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
     dtype = model_dtype(w)
+    precision = make_precision(w.amp, device, dtype)
+    fmt = memory_format(w)
     model = build_model(w).to(device=device, dtype=dtype)
     loss_fn = build_loss(w).to(device)
     materialize(model, spec, device, dtype)
-    model = par.wrap(model, device)
+    model = par.wrap(model.to(memory_format=fmt), device)
     optimizer = build_optimizer(w, model)
     batches = Batches(make_loader(spec, cfg, batch_size, device, par.sampler(spec.dataset)))
     step = TrainStep(
-        model,
+        compile_model(model, w),
         loss_fn,
         optimizer,
         batches,
@@ -163,6 +177,9 @@ def build_step(
         make_timer(device, clock),
         sync=par.grad_sync(model),
         no_sync=functools.partial(par.no_sync, model),
+        precision=precision,
+        accum=w.grad_accum,
+        memory_format=fmt,
     )
     return step, batches
 
@@ -178,6 +195,7 @@ class InferRun:
     number_per_run: int
     memory_bytes: int
     memory_kind: str
+    compile_s: float | None = None  # the first (compiling) call, outside warm-up and measurement
 
     @property
     def prefix(self) -> str:
@@ -213,6 +231,7 @@ class InferRun:
             "warmup_runs": len(self.warmup),
             "peak_memory_bytes": self.memory_bytes,
             "memory_kind": self.memory_kind,
+            "compile_s": self.compile_s,
         }
 
 
@@ -240,29 +259,41 @@ def infer_one_size(
     w = cfg.workload
     set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
     dtype = model_dtype(w)
+    precision = make_precision(w.amp, device, dtype)
+    fmt = memory_format(w)
     model = build_model(w).to(device=device, dtype=dtype)
     materialize(model, spec, device, dtype)
-    model.eval()
+    model = compile_model(model.to(memory_format=fmt).eval(), w)
     if len(spec.dataset) < batch_size:
         raise ValueError(f"the dataset has {len(spec.dataset)} samples: fewer than one batch")
     loader = DataLoader(spec.dataset, batch_size=batch_size, collate_fn=spec.collate_fn)
     x, _ = split_batch(next(iter(loader)))
     del loader
     x = to_device(x, device, dtype)
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        x = x.contiguous(memory_format=fmt)
+
+    def forward(m: nn.Module = model, inp: Any = x) -> Any:
+        with precision.autocast():
+            return m(inp)
+
     meter = make_memory_meter(device)
     timer = make_timer(device, clock)
     meter.reset()
+    compile_s = None
     try:
         with torch.inference_mode():
+            if w.compile != "off":  # the compiling first call: neither warm-up nor measured
+                compile_s = first_call(forward, clock or PerfClock())
             warm = []
             for _ in range(max(cfg.throughput.warmup_min, 1)):
                 timer.begin_step()
                 with timer.stage("forward"):
-                    model(x)
+                    forward()
                 warm.append(timer.end_step().total_s)
             t = benchmark.Timer(
-                stmt="model(x)",
-                globals={"model": model, "x": x},
+                stmt="model(x)" if w.amp == "off" else "forward()",
+                globals={"model": model, "x": x, "forward": forward},
                 num_threads=torch.get_num_threads(),  # Timer defaults to 1 thread
                 label="mlb inference",
                 description=f"bs{batch_size}",
@@ -273,10 +304,10 @@ def infer_one_size(
         meter.update()
         peak = meter.peak_bytes()
     finally:
-        del model, x
+        del forward, model, x
         free_memory()
     per_run = [rt / m.number_per_run for rt in m.raw_times]
-    return InferRun(batch_size, warm, per_run, m.number_per_run, peak, meter.kind)
+    return InferRun(batch_size, warm, per_run, m.number_per_run, peak, meter.kind, compile_s)
 
 
 @dataclass

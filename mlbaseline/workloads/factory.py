@@ -1,7 +1,14 @@
-"""Build the configured workload: model, dataset (+ collate), transform, loss, optimizer."""
+"""Build the configured workload: model, dataset (+ collate), transform, loss, optimizer.
+
+User factories (`pkg.module:callable`) are found on `workload.import_paths` and the cwd
+(`workloads.imports`). A model or dataset factory is given `num_classes` and `image_size` when
+its signature names them, a dataset factory also the transform; a field that would have no
+effect on the configured workload is an error, never silently ignored.
+"""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +18,8 @@ import torch
 from torch import nn
 
 from mlbaseline.config import Config, WorkloadConfig
-from mlbaseline.errors import DatasetError, FactoryError
-from mlbaseline.workloads.imports import call_factory
+from mlbaseline.errors import ConfigError, DatasetError, FactoryError
+from mlbaseline.workloads.imports import accepted, call_factory, resolve_callable
 from mlbaseline.workloads.synthetic import SyntheticText, SyntheticVision, pad_collate
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -95,19 +102,30 @@ def build_model(w: WorkloadConfig) -> nn.Module:
         if name == "tiny_text":
             kwargs.setdefault("vocab_size", w.vocab_size)
         return BUILTIN_MODELS[name](**kwargs)
-    model = call_factory(w.model, kwargs, "workload.model")
+    model = call_factory(
+        w.model, kwargs, "workload.model", offered=_shape(w), import_paths=w.import_paths
+    )
     if not isinstance(model, nn.Module):
         raise FactoryError(f"workload.model: '{w.model}' did not return a torch.nn.Module")
     return model
 
 
+def _shape(w: WorkloadConfig) -> dict[str, Any]:
+    """What a model or dataset factory is offered (given only when its signature names it)."""
+    return {"num_classes": w.num_classes, "image_size": w.image_size}
+
+
 def build_loss(w: WorkloadConfig) -> nn.Module:
-    return call_factory(w.loss, dict(w.loss_kwargs), "workload.loss")
+    return call_factory(w.loss, dict(w.loss_kwargs), "workload.loss", import_paths=w.import_paths)
 
 
 def build_optimizer(w: WorkloadConfig, model: nn.Module) -> torch.optim.Optimizer:
     return call_factory(
-        w.optimizer, dict(w.optimizer_kwargs), "workload.optimizer", model.parameters()
+        w.optimizer,
+        dict(w.optimizer_kwargs),
+        "workload.optimizer",
+        model.parameters(),
+        import_paths=w.import_paths,
     )
 
 
@@ -117,10 +135,62 @@ def default_transform(image_size: int) -> Callable[[Any], torch.Tensor]:
     return transforms.Compose([transforms.Resize((image_size, image_size)), transforms.ToTensor()])
 
 
+def _is_transform_itself(fn: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
+    """A plain function that needs one positional argument (the sample) and is given no
+    transform_kwargs is the transform; a class, or a function callable with the kwargs, is a
+    factory that returns one."""
+    if inspect.isclass(fn) or kwargs:
+        return False
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind()
+    except TypeError:
+        pass
+    else:
+        return False  # callable without arguments: a factory
+    try:
+        sig.bind(object())
+    except TypeError:
+        return False
+    return True
+
+
 def build_transform(w: WorkloadConfig) -> Callable[[Any], Any]:
+    """`workload.transform`: a factory called with transform_kwargs (a torchvision transform
+    class, a function returning a transform), or a one-argument function used as it is."""
     if w.transform is None:
         return default_transform(w.image_size)
-    return call_factory(w.transform, dict(w.transform_kwargs), "workload.transform")
+    kwargs = dict(w.transform_kwargs)
+    fn = resolve_callable(w.transform, "workload.transform", w.import_paths)
+    if _is_transform_itself(fn, kwargs):
+        return fn
+    out = call_factory(w.transform, kwargs, "workload.transform", import_paths=w.import_paths)
+    if not callable(out):
+        raise FactoryError(
+            f"workload.transform: '{w.transform}' returned {type(out).__name__}, not a callable "
+            "transform"
+        )
+    return out
+
+
+def check_fields(w: WorkloadConfig) -> None:
+    """Fields the configured dataset would never read are errors, not silently dropped."""
+    builtin = w.dataset in ("synthetic", "imagefolder")
+    if w.transform_kwargs and w.transform is None:
+        raise ConfigError("workload.transform_kwargs: set, but workload.transform is not")
+    if w.dataset_kwargs and builtin:
+        raise ConfigError(
+            f"workload.dataset_kwargs: the built-in dataset '{w.dataset}' takes none (they are "
+            "for a `pkg.module:callable` dataset factory)"
+        )
+    if w.transform is not None and w.dataset == "synthetic":
+        raise ConfigError(
+            "workload.transform: the synthetic dataset yields tensors and takes no transform; "
+            "use workload.dataset: imagefolder or a dataset factory with a `transform` argument"
+        )
 
 
 @dataclass
@@ -135,6 +205,7 @@ class DataSpec:
 def build_dataset(cfg: Config) -> DataSpec:
     """The configured dataset: built-in synthetic (vision/text), an image folder, or a factory."""
     w = cfg.workload
+    check_fields(w)
     n = w.dataset_size or cfg.golden.subset_size
     if w.dataset == "synthetic":
         if w.task == "text":
@@ -165,7 +236,7 @@ def build_dataset(cfg: Config) -> DataSpec:
         except (FileNotFoundError, RuntimeError) as exc:
             raise DatasetError(f"workload.data_dir: {root}: {exc}") from None
         return DataSpec(ds, None, {"type": "imagefolder", "len": len(ds), "root": str(root)})
-    ds = call_factory(w.dataset, dict(w.dataset_kwargs), "workload.dataset")
+    ds = _user_dataset(w)
     try:
         length = len(ds)
     except TypeError:
@@ -175,5 +246,41 @@ def build_dataset(cfg: Config) -> DataSpec:
     return DataSpec(ds, None, {"type": w.dataset, "len": length})
 
 
+def _user_dataset(w: WorkloadConfig) -> Any:
+    """A dataset factory, given the transform when one is configured (it must take a
+    `transform` argument then) and the shape keywords its signature names."""
+    fn = resolve_callable(w.dataset, "workload.dataset", w.import_paths)
+    kwargs = dict(w.dataset_kwargs)
+    if w.transform is not None:
+        if "transform" in kwargs:
+            raise ConfigError(
+                "workload.transform: set, and workload.dataset_kwargs sets 'transform' too"
+            )
+        if "transform" not in accepted(fn, {"transform": None}):
+            raise ConfigError(
+                f"workload.transform: the dataset factory '{w.dataset}' has no `transform` "
+                "argument, so the transform could not be applied (add one, or drop "
+                "workload.transform)"
+            )
+        kwargs["transform"] = build_transform(w)
+    return call_factory(
+        w.dataset, kwargs, "workload.dataset", offered=_shape(w), import_paths=w.import_paths
+    )
+
+
 def model_dtype(w: WorkloadConfig) -> torch.dtype:
     return DTYPES[w.dtype]
+
+
+def memory_format(w: WorkloadConfig) -> torch.memory_format:
+    """`workload.channels_last`: the memory format of the model and of its 4-D inputs."""
+    return torch.channels_last if w.channels_last else torch.contiguous_format
+
+
+def compile_model(model: nn.Module, w: WorkloadConfig) -> nn.Module:
+    """`workload.compile`: torch.compile is lazy, so a compile failure shows at the first call
+    (`measure.step.first_call`), which turns it into one error line."""
+    if w.compile == "off":
+        return model
+    mode = None if w.compile == "default" else w.compile
+    return torch.compile(model, mode=mode)  # type: ignore[return-value]
