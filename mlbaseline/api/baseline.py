@@ -69,27 +69,15 @@ class _StepBlock:
         self.bl, self.samples = bl, samples
 
     def __enter__(self) -> None:
-        bl = self.bl
-        if bl.done:
-            return
-        if bl._state == _BLOCK:
-            raise UsageError("bl.step(): steps do not nest")
-        if bl._state == _NO_STEP:
-            bl._begin()
-        bl._state = _BLOCK
+        self.bl.begin_step()
 
     def __exit__(
         self, tp: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        bl = self.bl
-        if bl._state != _BLOCK:
-            return
         if tp is None:
-            bl._end(self.samples)
-        elif issubclass(tp, KeyboardInterrupt):
-            bl._stop_early("interrupted")
-        else:  # a failed step (an OOM, say) is not a measurement; the error propagates
-            bl._drop()
+            self.bl.end_step(self.samples)
+        else:
+            self.bl.abort_step(exc)
 
 
 class Baseline:
@@ -99,7 +87,8 @@ class Baseline:
     `golden.batch_size`); `bl.step(samples=n)` overrides it for one step. The config is the
     CLI's (`config`: a `Config` or a YAML path; `profile`; `overrides` by dotted path, e.g.
     `{"throughput.min_time_s": 2}`): its throughput section is the warm-up and stop rule, its
-    golden section the comparability keys. `clock`, `timer` and `probe` are for tests."""
+    golden section the comparability keys. `stages`: the stage names in the order the result
+    lists them (default: as first seen). `clock`, `timer` and `probe` are for tests."""
 
     def __init__(
         self,
@@ -114,6 +103,7 @@ class Baseline:
         clock: Clock | None = None,
         timer: StageTimer | None = None,
         probe: GpuProbe | None = None,
+        stages: Iterable[str] = (),
     ) -> None:
         cfg = _config(name, batch_size, device, config, profile, overrides)
         self.name, self.cfg = name, cfg
@@ -130,7 +120,8 @@ class Baseline:
         self.probe = probe or default_probe()
         self.meter = make_memory_meter(self.device)
         self.meter.reset()
-        self._stages: dict[str, None] = {}  # every stage seen, in the order first seen
+        # every stage: the declared ones in their order, then others as first seen
+        self._stages: dict[str, None] = dict.fromkeys(stages)
         self._state = _NO_STEP
         on = cfg.throughput.telemetry if telemetry is None else telemetry
         self.sampler: TelemetrySampler | None = make_sampler(self.probe, cfg) if on else None
@@ -153,6 +144,32 @@ class Baseline:
     def step(self, samples: int | None = None) -> _StepBlock:
         """One training step; a step begun by `bl.data()`'s `next()` continues in it."""
         return _StepBlock(self, samples)
+
+    # the step block's edges, for frameworks that call hooks instead of running a block
+
+    def begin_step(self) -> None:
+        """Begin a step (continue the one `bl.data()` began); nothing once done."""
+        if self.done:
+            return
+        if self._state == _BLOCK:
+            raise UsageError("bl.step(): steps do not nest")
+        if self._state == _NO_STEP:
+            self._begin()
+        self._state = _BLOCK
+
+    def end_step(self, samples: int | None = None) -> None:
+        """End the step: it goes to the stop rule (`samples`: default the batch size)."""
+        if self._state == _BLOCK:
+            self._end(samples)
+
+    def abort_step(self, exc: BaseException | None = None) -> None:
+        """The step failed: it is not a measurement (Ctrl-C ends the measurement)."""
+        if self._state == _NO_STEP:
+            return
+        if isinstance(exc, KeyboardInterrupt):
+            self._stop_early("interrupted")
+        else:  # an OOM, say: the error propagates, the step is dropped
+            self._drop()
 
     def stage(self, name: str) -> Any:
         """Time one part of the current step (same name twice in a step: the times add)."""

@@ -1,0 +1,156 @@
+"""A PyTorch Lightning callback on the library API: `pip install mlbaseline[lightning]`.
+
+    from mlbaseline.api.lightning import MlbCallback
+
+    trainer = Trainer(callbacks=[MlbCallback("mlb-results/lightning.json")])
+
+One training batch is one step of a `Baseline`, its stages cut at Lightning's hooks:
+`data_wait` (from the previous batch's end to this batch's start: the fetch, plus Lightning's
+own work between batches such as logging), `forward` (`training_step`: forward and loss),
+`zero_grad`, `backward` (with DDP, the overlapped gradient all-reduce too) and `optimizer`
+(from the end of backward to the batch's end: clipping and `optimizer.step()`). The residual is
+what falls outside them. When the stop rule is met the result is written (and, with
+`stop_training=True`, training stops); a run that ends first writes it at `on_train_end`, its
+stop reason `loop_ended`. Under DDP every rank measures and rank 0 writes the pooled result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from mlbaseline.api.baseline import Baseline
+
+STAGES = ("data_wait", "forward", "zero_grad", "backward", "optimizer")
+
+
+def batch_size_of(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_size_of(batch[0])
+    raise ValueError("cannot tell the batch size of this batch: pass MlbCallback(batch_size=N)")
+
+
+class MlbCallback(pl.Callback):
+    """Measure `trainer.fit`'s training steps with `mlb`; see the module docstring.
+    `path`: the result JSON (`force` to overwrite); `batch_size`: default the first batch's;
+    other keyword arguments go to `Baseline` (`config=`, `overrides=`, `telemetry=`, …)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str = "lightning",
+        batch_size: int | None = None,
+        *,
+        force: bool = False,
+        stop_training: bool = False,
+        **baseline_kwargs: Any,
+    ) -> None:
+        self.path, self.name, self.batch_size = Path(path), name, batch_size
+        self.force, self.stop_training = force, stop_training
+        self.kwargs = baseline_kwargs
+        self.baseline: Baseline | None = None
+        self.saved: Path | None = None
+        self._stage: Any = None  # the open stage block
+
+    # ------------------------------------------------------------ stage cursor
+
+    def _switch(self, name: str | None) -> None:
+        """Close the open stage, open `name` (if any) in the current step."""
+        if self._stage is not None:
+            self._stage.__exit__(None, None, None)
+            self._stage = None
+        bl = self.baseline
+        if name is not None and bl is not None and not bl.done:
+            self._stage = bl.stage(name)
+            self._stage.__enter__()
+
+    def _drop_pending(self) -> None:
+        """A step begun at the last batch's end (its data wait) that no batch follows."""
+        bl = self.baseline
+        if bl is not None and self._stage is not None:
+            self._switch(None)
+            bl.abort_step()
+
+    # ------------------------------------------------------------ hooks
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.baseline is None:
+            size = self.batch_size or batch_size_of(batch)
+            device = "cuda" if pl_module.device.type == "cuda" else "cpu"
+            self.baseline = Baseline(self.name, size, device, stages=STAGES, **self.kwargs)
+        bl = self.baseline
+        if bl.done:
+            return
+        if self._stage is None:  # the first batch of an epoch: no data wait seen
+            bl.begin_step()
+        self._switch("forward")
+
+    def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: Any, optimizer: Any) -> None:
+        self._switch("zero_grad")
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: Any, loss: Any) -> None:
+        self._switch("backward")
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self._switch("optimizer")
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        bl = self.baseline
+        if bl is None or bl.done:
+            return
+        self._switch(None)
+        bl.end_step()
+        if bl.done:
+            self._save()
+            if self.stop_training:
+                trainer.should_stop = True
+            return
+        bl.begin_step()  # the next step begins now: its first stage is the data wait
+        self._switch("data_wait")
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drop_pending()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drop_pending()  # validation is not the next batch's data wait
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drop_pending()
+        self._save()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        bl = self.baseline
+        if bl is None:
+            return
+        self._switch(None)
+        bl.abort_step(exception)
+        if isinstance(exception, KeyboardInterrupt):
+            self._save()  # the steps so far, marked interrupted
+        else:
+            bl.close()
+
+    def _save(self) -> None:
+        if self.baseline is not None and self.saved is None:
+            self.saved = self.baseline.save(self.path, force=self.force) or self.path
+
+
+__all__ = ["STAGES", "MlbCallback", "batch_size_of"]

@@ -1,0 +1,107 @@
+"""The PyTorch Lightning callback against the real package (the `test` extra installs it, so CI
+runs this): a tiny LightningModule trained for a few dozen steps on CPU gives a valid
+throughput result with Lightning's stages, and the stop rule can end the training."""
+
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from mlbaseline.api.lightning import STAGES, MlbCallback, batch_size_of
+from mlbaseline.measure.gpu import NullProbe
+from mlbaseline.results import load_result
+
+RULE = {
+    "throughput.min_time_s": 0.0,
+    "throughput.min_steps": 6,
+    "throughput.max_steps": 200,
+    "throughput.window": 3,
+    "throughput.warmup_min": 1,
+    "throughput.warmup_max": 8,
+    # a shared machine's noise must not stop a test from settling: loose windows
+    "throughput.stability_tolerance": 0.5,
+    "throughput.warmup_tolerance": 0.5,
+}
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader(n: int = 256, batch: int = 8) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g))
+    return DataLoader(ds, batch_size=batch)
+
+
+def trainer(callback: MlbCallback, **kw) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+        **kw,
+    )
+
+
+def callback(path, **kw) -> MlbCallback:
+    return MlbCallback(path, overrides=RULE, telemetry=False, probe=NullProbe(), **kw)
+
+
+def test_callback_writes_a_result_with_lightnings_stages(tmp_path):
+    torch.manual_seed(0)
+    cb = callback(tmp_path / "pl.json", stop_training=True)
+    t = trainer(cb, max_epochs=20)
+    t.fit(Tiny(), loader())
+    bl = cb.baseline
+    assert bl is not None and bl.done and bl.loop.reason in ("stable", "max_steps")
+    assert t.global_step == len(bl.loop.records)  # stop_training ended fit at the rule
+    r = load_result(tmp_path / "pl.json", ["throughput"])
+    assert r.data["stages"] == list(STAGES) and r.data["source"] == "api"
+    m = r.measurements
+    for s in STAGES:
+        assert f"train.bs8.{s}" in m
+    assert all(v > 0 for v in m["train.bs8.forward"].values)
+    assert all(v > 0 for v in m["train.bs8.backward"].values)
+    for i, total in enumerate(m["train.bs8.step"].values):
+        parts = sum(m[f"train.bs8.{s}"].values[i] for s in STAGES)
+        assert total == pytest.approx(parts + m["train.bs8.residual"].values[i])
+    # every batch but an epoch's first has a data wait (from the batch before's end)
+    zeros = sum(r.times.stages.get("data_wait", 0.0) == 0.0 for r in bl.loop.records)
+    assert zeros <= t.current_epoch + 1
+
+
+def test_a_fit_that_ends_first_still_writes_its_result(tmp_path):
+    strict = {**RULE, "throughput.min_steps": 50}  # cannot be met in 12 steps
+    cb = MlbCallback(tmp_path / "short.json", "short", overrides=strict, telemetry=False,
+                     probe=NullProbe())  # fmt: skip
+    trainer(cb, max_steps=12).fit(Tiny(), loader())
+    r = load_result(tmp_path / "short.json")
+    assert r.data["name"] == "short"
+    entry = r.data["batch_sizes"]["8"]
+    assert entry["stop_reason"] == "loop_ended"
+    assert {c.name: c.status for c in r.verdict.checks}["train.bs8.stop_rule"] == "warn"
+    assert entry["train"]["n"] + entry["train"]["warmup_steps"] == 12
+
+
+def test_batch_size_of_common_batches():
+    x = torch.zeros(5, 3)
+    assert batch_size_of((x, torch.zeros(5))) == 5
+    assert batch_size_of({"input": x}) == 5 and batch_size_of(x) == 5
+    with pytest.raises(ValueError, match="batch_size"):
+        batch_size_of(object())
