@@ -2,17 +2,18 @@
 signature of a drift that moves every stage alike.
 
 - **Control**: both results carry the control metric (role ``control``, e.g. ``control.matmul``)
-  with the same kernel and thread count. Its own two-gate verdict (as any metric, at the
-  replicate level when both sides have enough replicates) says whether the machine moved. When
-  it regressed or improved, the shift is **common-mode drift**: every time metric of NEW is
-  divided by the control ratio c = median(control NEW)/median(control OLD) (rates multiplied)
-  before judging, so verdicts use drift-adjusted deltas (metric ratio / c); the raw ratio, CI and
-  verdict stay beside each metric. The control itself is never a verdict.
+  with the same kernel and thread count. Its ratio c = median(control NEW)/median(control OLD)
+  (of the replicate medians when both sides have enough replicates) is how much the machine
+  moved; beyond the threshold it is named **common-mode drift**. Every time metric of NEW is
+  divided by c (rates multiplied) before judging, so verdicts use drift-adjusted deltas (metric
+  ratio / c); the raw ratio, CI and verdict stay beside each metric. The control itself is
+  never a verdict (its own two-gate verdict is recorded).
 - **Signature** (with or without a control): within one group, at least 3 stages, all moved by
   one common factor f (the median of their ratios) beyond the threshold — each stage's ratio
   within max(threshold, |f−1|/4) of f, or its CI containing f — and among them a stage a change
-  to the model cannot reach (data_wait or h2d; without one, a uniform shift may be real). That is the signature of machine drift, not a
-  regression: the group's regressed/improved verdicts are held back to inconclusive, and said so.
+  to the model cannot reach (data_wait or h2d; without one, a uniform shift may be real). That
+  is the signature of machine drift, not a regression: the group's regressed/improved verdicts
+  are held back to inconclusive, and said so.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class ControlShift:
     ci: tuple[float, float]
     verdict: str
     basis: str
-    applied: bool
+    applied: bool  # the verdicts used drift-adjusted values
+    moved: bool  # |ratio - 1| beyond the threshold: common-mode drift
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,6 +65,7 @@ class ControlShift:
             "verdict": self.verdict,
             "basis": self.basis,
             "applied": self.applied,
+            "moved": self.moved,
             "reason": self.reason,
         }
 
@@ -84,21 +87,24 @@ def control_shift(old: Result, new: Result, cfg: CompareConfig, seed: int) -> Co
         seed=seed,
     )
     differs = [k for k in MATCH_KEYS if a.meta.get(k) != b.meta.get(k)]
-    moved = row.verdict in ("regressed", "improved")
+    moved = abs(row.ratio - 1.0) > cfg.threshold
     if differs:
         reason = f"not used: the control differs ({', '.join(differs)})"
     elif moved:
         reason = (
-            f"the control moved ×{row.ratio:.3f} too: common-mode drift; verdicts use "
-            f"drift-adjusted deltas (ratio / {row.ratio:.3f})"
+            f"the control moved ×{row.ratio:.3f} too ({row.verdict}): common-mode drift; "
+            f"verdicts use drift-adjusted deltas (ratio / {row.ratio:.3f})"
         )
     else:
-        reason = f"the control did not move beyond ±{cfg.threshold:.0%} ({row.verdict})"
-        reason += ": no adjustment"
-    applied = moved and not differs
+        reason = (
+            f"the control moved ×{row.ratio:.3f} (within ±{cfg.threshold:.0%}); verdicts use "
+            "drift-adjusted deltas"
+        )
+    applied = not differs
     return ControlShift(
-        a.name, row.ratio, (row.ci_low, row.ci_high), row.verdict, pair.basis, applied, reason
-    )
+        a.name, row.ratio, (row.ci_low, row.ci_high), row.verdict, pair.basis, applied, moved,
+        reason,
+    )  # fmt: skip
 
 
 def _scaled(m: Metric, factor: float) -> Metric:
