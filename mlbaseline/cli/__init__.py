@@ -19,6 +19,7 @@ from mlbaseline.cli import (  # noqa: F401
     compare,
     ab,
     report,
+    history,
 )
 
 # isort: on

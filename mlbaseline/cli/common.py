@@ -99,6 +99,10 @@ SetOpt = Annotated[
 ShowConfigOpt = Annotated[
     bool, typer.Option("--show-config", help="Print the resolved config as YAML and exit.")
 ]
+NoHistoryOpt = Annotated[
+    bool,
+    typer.Option("--no-history", help="Do not record the result in the history (mlb history)."),
+]
 
 
 class RichProgress:
@@ -220,11 +224,37 @@ def exit_code_for(result: Result) -> ExitCode:
     return ExitCode.OK
 
 
-def emit(result: Result, output: Path | None, json_out: bool, force: bool, ui: Ui) -> NoReturn:
-    """Write the result file (atomically), print JSON if asked, exit with the verdict's code."""
+def record_in_history(paths: Sequence[Path], cfg: cfgmod.Config, ui: Ui) -> None:
+    """Record written result files in the history store (mlb history). A store that cannot
+    take them (locked, corrupt, foreign) costs a warning, never the result file."""
+    from mlbaseline.runners import history
+
+    try:
+        done = history.record(paths, cfg)
+    except Exception as exc:  # any store or driver fault: the result file is already safe
+        message = exc.message if isinstance(exc, MlbError) else f"{type(exc).__name__}: {exc}"
+        message = " ".join(message.split())
+        typer.echo(f"warning: not recorded in the history ({message}); the file is kept", err=True)
+        return
+    for rec in done:
+        ui.print(f"[dim]recorded in the history as #{rec.id} ({history.location(cfg)})[/dim]")
+
+
+def emit(
+    result: Result,
+    output: Path | None,
+    json_out: bool,
+    force: bool,
+    ui: Ui,
+    recorder: Callable[[Path], None] | None = None,
+) -> NoReturn:
+    """Write the result file (atomically), record it (`recorder`), print JSON if asked, exit
+    with the verdict's code."""
     if output is not None:
         write_result(result, output, force=force)
         ui.print(f"[dim]result written to {output}[/dim]")
+        if recorder is not None:
+            recorder(output)
     if json_out:
         sys.stdout.write(result.to_json())
     for warning in result.warnings:
@@ -284,6 +314,7 @@ class CommonOptions:
     force: bool = False
     sets: list[str] | None = None
     show_config: bool = False
+    no_history: bool = False
     data: Path | None = None
 
 
@@ -301,6 +332,7 @@ _SHARED = {
     "force": ForceOpt,
     "sets": SetOpt,
     "show_config": ShowConfigOpt,
+    "no_history": NoHistoryOpt,
 }
 _DEFAULTS = {f.name: f.default for f in fields(CommonOptions)}
 
@@ -350,7 +382,12 @@ def _own_params(cls: type) -> list[inspect.Parameter]:
 
 
 def command(
-    name: str, *, output: Any = OutputOpt, output_default: Any = None, data: str | None = None
+    name: str,
+    *,
+    output: Any = OutputOpt,
+    output_default: Any = None,
+    data: str | None = None,
+    on: typer.Typer | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register `fn(common)` or `fn(common, opts)` as `mlb NAME`.
 
@@ -359,7 +396,7 @@ def command(
     `--data-dir` stay as hidden aliases), then the shared options (`output` and
     `output_default` replace --output's type and default). fn gets them as one
     `CommonOptions` and one options object; a tool error or Ctrl-C anywhere in it is one
-    `Error:` line.
+    `Error:` line. `on`: the (sub-)app to register on, e.g. `mlb history`'s (default: `mlb`).
     """
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
@@ -377,7 +414,7 @@ def command(
 
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name, cls=_Command)(wrapper)
+        (on or app).command(name, cls=_Command)(wrapper)
         return fn
 
     return decorate
@@ -392,12 +429,15 @@ def execute(
     outputs: Sequence[Path | None] | None = None,
     render: Callable[[Result, Ui], None] | None = None,
     write: bool = True,
+    written: Callable[[Result], Path | None] | None = None,
 ) -> None:
     """The body every command shares: load the config (CLI overrides, then --set), print it
     and exit on --show-config, `prepare` (more input checks), refuse existing `outputs`
     (default: --output) without --force, make the UI, `measure`, `render`, then emit: write
     --output and --json, exit with the verdict's code (`write=False`: --json only). A measure
-    that returns None has done its own output: exit 0."""
+    that returns None has done its own output: exit 0. Every result file written is recorded
+    in the history unless --no-history or `history.record: false`; `written` names the file of
+    a command that writes its own (`write=False`)."""
     cfg = load_config(common.config, common.profile, common.sets, overrides)
     if common.show_config:
         show_config(cfg)
@@ -411,8 +451,16 @@ def execute(
         return
     if render is not None:
         render(result, ui)
+    recording = cfg.history.record and not common.no_history
+
+    def recorder(path: Path) -> None:
+        record_in_history([path], cfg, ui)
+
     if not write:
+        own = written(result) if written is not None and recording else None
+        if own is not None and own.is_file():
+            recorder(own)
         if common.json_out:
             sys.stdout.write(result.to_json())
         raise typer.Exit(int(exit_code_for(result)))
-    emit(result, common.output, common.json_out, common.force, ui)
+    emit(result, common.output, common.json_out, common.force, ui, recorder if recording else None)

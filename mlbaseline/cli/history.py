@@ -1,0 +1,466 @@
+"""`mlb history …`: the store of every result, its series, change points and the CI gate."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.core
+from rich.markup import escape
+
+from mlbaseline.cli.app import app
+from mlbaseline.cli.common import (
+    CommonOptions,
+    OptInt,
+    OptStr,
+    Ui,
+    command,
+    compact_table,
+    dump_json,
+    execute,
+    opt,
+)
+from mlbaseline.config import Config
+from mlbaseline.formatting import interval_percent, p_value, signed_percent, value
+from mlbaseline.results import Result, atomic_write_text
+
+
+class _Group(typer.core.TyperGroup):
+    """A command group whose `--help` shows no `<bool>` beside a flag (as _Command does)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+history_app = typer.Typer(
+    name="history",
+    cls=_Group,
+    help=(
+        "The baseline history: every result mlb writes is recorded in a store (SQLite file "
+        "mlb-results/history.sqlite, or PostgreSQL through MLB_HISTORY=postgresql://…).\n\n"
+        "Example: mlb history check   (change points per stage over the comparable runs)"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(history_app, name="history")
+
+Since = Annotated[OptStr, opt("--since", "Only results created at or after this UTC time.")]
+Kind = Annotated[OptStr, opt("--kind", "Only results of this kind (throughput, run, …).")]
+Branch = Annotated[OptStr, opt("--branch", "Only results recorded on this git branch.")]
+Fingerprint = Annotated[OptStr, opt("--fingerprint", "Only this comparability fingerprint.")]
+Last = Annotated[OptInt, opt("--last", "Only the newest N results.", min=1)]
+
+
+def _doc_out(doc: Any, common: CommonOptions) -> None:
+    """--output FILE and/or --json: the command's JSON document."""
+    if common.output is not None:
+        atomic_write_text(common.output, dump_json(doc), force=common.force)
+    if common.json_out:
+        sys.stdout.write(dump_json(doc))
+
+
+def _commit(git: Any) -> str:
+    if not git.commit:
+        return "–"
+    return git.commit[:8] + ("*" if git.dirty else "")
+
+
+# ---------------------------------------------------------------- list / show
+
+
+@dataclass(frozen=True)
+class ListOptions:
+    kind: Kind = None
+    metric: Annotated[OptStr, opt("--metric", "Only results with a metric matching this glob.")] = (
+        None
+    )
+    branch: Branch = None
+    since: Since = None
+    fingerprint: Fingerprint = None
+    last: Last = None
+
+
+@command("list", on=history_app)
+def list_command(common: CommonOptions, o: ListOptions) -> None:
+    """The recorded results, oldest first (* after a commit: the checkout was dirty).
+
+    Example: mlb history list --kind throughput --branch main --since 2026-01-01
+    """
+    from mlbaseline.runners import history as hist
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        q = hist.query(
+            kind=o.kind,
+            metric=o.metric,
+            branch=o.branch,
+            since=o.since,
+            fingerprint=o.fingerprint,
+            last=o.last,
+        )
+        found = hist.entries(cfg, q)
+        _doc_out([e.to_dict() for e in found], common)
+        table = compact_table(f"history: {len(found)} results in {hist.location(cfg)}")
+        for col in ("id", "created (UTC)", "kind", "status", "branch", "commit", "fingerprint"):
+            table.add_column(col, no_wrap=True, justify="right" if col == "id" else "left")
+        table.add_column("metrics", justify="right")
+        for e in found:
+            table.add_row(
+                f"#{e.id}",
+                e.created_at[:16].replace("T", " "),
+                e.kind,
+                e.status,
+                escape(e.git.branch or "–"),
+                _commit(e.git),
+                e.fingerprint[:8],
+                str(len(e.metrics)),
+            )
+        ui.print(table)
+
+    execute(common, measure, outputs=(common.output,))
+
+
+@dataclass(frozen=True)
+class ShowOptions:
+    result_id: Annotated[int, typer.Argument(help="Record id (from mlb history list).")]
+
+
+@command("show", on=history_app)
+def show_command(common: CommonOptions, o: ShowOptions) -> None:
+    """One record: where it came from and each metric's summary (--json: with the full
+    result document as stored).
+
+    Example: mlb history show 12
+    """
+    from mlbaseline.runners import history as hist
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        entry, doc = hist.show(cfg, o.result_id)
+        _doc_out({**entry.to_dict(), "document": doc}, common)
+        ui.print(f"[bold]#{entry.id}[/bold] {entry.kind} ({entry.status}), {entry.created_at}")
+        ui.print(f"git: {escape(entry.git.branch or '–')} {_commit(entry.git)}")
+        ui.print(f"fingerprint {entry.fingerprint}; config {entry.config_hash[:12]}")
+        ui.print(f"file: {escape(entry.path)} (sha256 {entry.sha256[:12]})")
+        table = compact_table("metrics", caption="CI: 95%, order statistics of the median")
+        table.add_column("metric", no_wrap=True)
+        for col in ("median", "CI", "n", "repl.", "MDE"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for name, m in entry.metrics.items():
+            ci = f"[{value(m.ci_low, m.unit)}, {value(m.ci_high, m.unit)}]"
+            mde = signed_percent(m.mde) if m.mde is not None else "–"
+            table.add_row(name, value(m.median, m.unit), ci, str(m.n), str(m.replicates), mde)
+        ui.print(table)
+
+    execute(common, measure, outputs=(common.output,))
+
+
+# ---------------------------------------------------------------- trend / check
+
+
+@dataclass(frozen=True)
+class TrendOptions:
+    metric: Annotated[
+        str,
+        typer.Argument(
+            help="Metric name or glob: 'train.bs64.*' (a line per stage), 'train.*.step' (a "
+            "line per batch size)."
+        ),
+    ]
+    kind: Kind = None
+    branch: Branch = None
+    since: Since = None
+    fingerprint: Fingerprint = None
+    last: Last = None
+
+
+TrendOutput = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="The trend PNG (default: mlb-results/trend.png).", show_default=False
+    ),
+]
+
+
+@command("trend", on=history_app, output=TrendOutput)
+def trend_command(common: CommonOptions, o: TrendOptions) -> None:
+    """Median and CI of a metric over the comparable runs: a table and a PNG (one line per
+    stage or batch size, change points marked).
+
+    Example: mlb history trend 'train.bs64.*' -o trend.png
+    """
+    from mlbaseline.runners import history as hist
+
+    png = common.output or Path("mlb-results") / "trend.png"
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        q = hist.query(
+            kind=o.kind, branch=o.branch, since=o.since, fingerprint=o.fingerprint, last=o.last
+        )
+        found = hist.series(cfg, q, [o.metric])
+        if not found:
+            from mlbaseline.errors import UsageError
+
+            raise UsageError(f"history has no series of {o.metric!r} (see mlb history list)")
+        checks = hist.check(cfg, found)
+        rows = hist.trend(found)
+        if common.json_out:
+            sys.stdout.write(dump_json({"points": rows, "checks": checks}))
+        view = hist.trend_view(found, checks, hist.location(cfg))
+        if png.exists() and not common.force:
+            from mlbaseline.errors import OutputExistsError
+
+            raise OutputExistsError(f"{png}: already exists (use --force to overwrite)")
+        hist.draw_trend(view, png)
+        table = compact_table(f"{o.metric}: {len(found)} series")
+        for col in ("metric", "run", "created (UTC)", "commit", "median", "95% CI", "n"):
+            table.add_column(col, no_wrap=True)
+        for r in rows:
+            ci = f"[{value(r['ci_low'], r['unit'])}, {value(r['ci_high'], r['unit'])}]"
+            table.add_row(
+                r["metric"],
+                f"#{r['id']}",
+                r["created_at"][:16].replace("T", " "),
+                (r["commit"] or "–")[:8],
+                value(r["median"], r["unit"]),
+                ci,
+                str(r["n"]),
+            )
+        ui.print(table)
+        ui.print(f"[dim]figure written to {png}[/dim]")
+
+    execute(common, measure, outputs=())
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    metric: Annotated[
+        list[str] | None,
+        opt(
+            "--metric", "Only metrics matching this glob (repeatable; default: all but residuals)."
+        ),
+    ] = None
+    kind: Kind = None
+    branch: Branch = None
+    since: Since = None
+    fingerprint: Fingerprint = None
+    last: Last = None
+
+
+def _show_checks(checks: list[dict[str, Any]], ui: Ui) -> None:
+    found = [c for c in checks if c["change_points"]]
+    table = compact_table(
+        f"change points: {sum(len(c['change_points']) for c in found)} in {len(checks)} series",
+        caption="step: median after / before − 1, bootstrap CI; suspected: needs more runs",
+    )
+    for col in ("metric", "first run", "commits", "step", "CI", "p", "status"):
+        table.add_column(col, no_wrap=True)
+    for c in found:
+        for cp in c["change_points"]:
+            commits = [(x or "?")[:7] for x in cp["commit_range"]]
+            status = cp["status"] if cp["status"] == "confirmed" else "suspected: needs more runs"
+            table.add_row(
+                c["metric"],
+                f"#{cp['run']['id']}",
+                f"{commits[0]}..{commits[1]}",
+                signed_percent(cp["rel_change"]),
+                interval_percent([cp["ci_low"], cp["ci_high"]]),
+                p_value(cp["p_value"]),
+                status,
+            )
+    ui.print(table)
+    for c in found:
+        for cp in c["change_points"]:
+            run = cp["run"]
+            ui.print(
+                f"[bold]{c['metric']}[/bold] {cp['direction']} {signed_percent(cp['rel_change'])}"
+                f" from run #{run['id']} ({run['created_at'][:19]}, {escape(run['path'])})"
+            )
+    for c in checks:
+        for out in c["outliers"]:
+            ui.print(
+                f"[dim]outlier (one run, not a change): {c['metric']} run #{out['run']['id']} "
+                f"(score {out['score']:.1f})[/dim]"
+            )
+    short = [c for c in checks if c.get("too_short")]
+    if short:
+        ui.print(f"[dim]{len(short)} series have fewer than 4 runs: not checked[/dim]")
+
+
+@command("check", on=history_app)
+def check_command(common: CommonOptions, o: CheckOptions) -> None:
+    """Change points per stage over the series of comparable results (same kind and
+    fingerprint): each with the first run of the new level, the commit range, the step and its
+    CI. One-run spikes are outliers; a step in the last runs is "suspected: needs more runs".
+
+    Example: mlb history check --kind run --metric 'train.*'
+    """
+    from mlbaseline.runners import history as hist
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        q = hist.query(
+            kind=o.kind, branch=o.branch, since=o.since, fingerprint=o.fingerprint, last=o.last
+        )
+        found = hist.series(cfg, q, o.metric)
+        checks = hist.check(cfg, found)
+        _doc_out({"store": hist.location(cfg), "series": checks}, common)
+        _show_checks(checks, ui)
+
+    execute(common, measure, outputs=(common.output,))
+
+
+# ---------------------------------------------------------------- export / add / rm
+
+
+class Format(StrEnum):
+    csv = "csv"
+    json = "json"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    csv: Annotated[bool, typer.Option("--csv", help="CSV, one row per result and metric.")] = False
+    as_json: Annotated[
+        bool, typer.Option("--as-json", help="JSON, one object per result (also --json).")
+    ] = False
+    kind: Kind = None
+    metric: Annotated[OptStr, opt("--metric", "Only metrics matching this glob.")] = None
+    branch: Branch = None
+    since: Since = None
+    fingerprint: Fingerprint = None
+    last: Last = None
+
+
+@command("export", on=history_app)
+def export_command(common: CommonOptions, o: ExportOptions) -> None:
+    """The records as CSV (one row per result and metric) or JSON, to --output or stdout.
+
+    Example: mlb history export --csv -o history.csv
+    """
+    from mlbaseline.errors import UsageError
+    from mlbaseline.runners import history as hist
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        if o.csv and (o.as_json or common.json_out):
+            raise UsageError("export: choose one of --csv and --json")
+        fmt = "json" if (o.as_json or common.json_out) else "csv"
+        q = hist.query(
+            kind=o.kind,
+            metric=o.metric,
+            branch=o.branch,
+            since=o.since,
+            fingerprint=o.fingerprint,
+            last=o.last,
+        )
+        text = hist.export_text(hist.entries(cfg, q), fmt)
+        if common.output is not None:
+            atomic_write_text(common.output, text, force=common.force)
+            ui.print(f"[dim]{fmt} written to {common.output}[/dim]")
+        else:
+            sys.stdout.write(text)
+
+    execute(common, measure)
+
+
+@dataclass(frozen=True)
+class AddOptions:
+    files: Annotated[list[Path], typer.Argument(help="Result JSON files to import.")]
+
+
+@command("add", on=history_app)
+def add_command(common: CommonOptions, o: AddOptions) -> None:
+    """Import existing result files (a file already recorded keeps its id).
+
+    Example: mlb history add mlb-results/*/baseline.json
+    """
+    from mlbaseline.runners import history as hist
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        done = hist.record(o.files, cfg)
+        _doc_out([{"path": str(d.path), "id": d.id, "new": d.new} for d in done], common)
+        for d in done:
+            what = "recorded" if d.new else "already recorded"
+            ui.print(f"{escape(str(d.path))}: {what} as #{d.id}")
+
+    execute(common, measure, outputs=(common.output,))
+
+
+@dataclass(frozen=True)
+class RmOptions:
+    result_id: Annotated[int, typer.Argument(help="Record id to delete.")]
+
+
+@command("rm", on=history_app)
+def rm_command(common: CommonOptions, o: RmOptions) -> None:
+    """Delete one record (needs --force; the result file itself is left alone). The only way
+    mlb ever deletes a record.
+
+    Example: mlb history rm 12 --force
+    """
+    from mlbaseline.runners import history as hist
+
+    def measure(cfg: Config, ui: Ui) -> None:
+        entry = hist.remove(o.result_id, cfg, common.force)
+        _doc_out(entry.to_dict(), common)
+        ui.print(f"deleted #{entry.id} ({entry.kind}, {entry.created_at}); {entry.path} is kept")
+
+    # --force here confirms the deletion; it never lets --output overwrite
+    execute(common, measure, outputs=(common.output,))
+
+
+# ---------------------------------------------------------------- gate
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    new: Annotated[Path, typer.Argument(help="The new result JSON.", show_default=False)]
+    last: Annotated[
+        OptInt,
+        opt("--last", "Compare against the last K baselines (default history.gate_last).", min=1),
+    ] = None
+    branch: Annotated[
+        OptStr, opt("--branch", "Baselines of this branch (default: NEW's, else the checkout's).")
+    ] = None
+    threshold: Annotated[
+        float | None, opt("--threshold", "Practical threshold as a fraction (default 0.03).")
+    ] = None
+    fail_on: Annotated[
+        OptStr, opt("--fail-on", "regressed (default), any or never: as in mlb compare.")
+    ] = None
+
+
+@command("gate", on=history_app)
+def gate_command(common: CommonOptions, o: GateOptions) -> None:
+    """Judge NEW against the last K comparable baselines of its branch (pooled, the spread
+    between them measured as noise) with mlb compare's judge.
+
+    Exit codes as mlb compare: 0 passed, 1 regression, 2 bad input, 3 not comparable or nothing
+    comparable in history.
+
+    Example: mlb history gate mlb-results/new/baseline.json --last 5 -o gate.json
+    """
+    from mlbaseline.cli.compare import _show
+    from mlbaseline.runners import history as hist
+
+    overrides = {"compare.threshold": o.threshold, "compare.fail_on": o.fail_on}
+
+    def measure(cfg: Config, ui: Ui) -> Result:
+        run = hist.gate(o.new, cfg, last=o.last, branch=o.branch, progress=ui.progress)
+        ids = ", ".join(f"#{e.id}" for e in run.baselines)
+        ui.print(f"[dim]baselines ({escape(run.branch or 'any branch')}): {ids}[/dim]")
+        for why in run.skipped:
+            ui.print(f"[yellow]left out:[/yellow] {escape(why)}")
+        return run.result
+
+    def render(result: Result, ui: Ui) -> None:
+        _show(result.data, ui)
+
+    execute(common, measure, overrides, render=render)

@@ -1,0 +1,212 @@
+"""What the history keeps of one result file: a :class:`Record` built from the file's bytes.
+
+The comparability fingerprint is the SHA-256 of the result's blocking environment keys
+(`environment["blocking"]`: device, torch, CUDA, GPU, CPU model on CPU runs, golden parameters,
+workload options, subset hash — the keys `mlb compare` refuses to compare across), so two
+records with the same kind and fingerprint are a series `mlb compare` would accept. Git
+commit / branch / dirty are detected from the working directory (or `MLB_GIT_COMMIT` /
+`MLB_GIT_BRANCH`, for CI checkouts on a detached HEAD) and never required.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from mlbaseline.errors import ResultFileError
+from mlbaseline.results import Metric, Result, result_from_dict, utc_now
+
+# the CI level of each metric's median in the store (what `trend` draws as its band)
+CI_LEVEL = 0.95
+CI_METHOD = (
+    "distribution-free order-statistic CI of the median (scipy.stats.quantile_test), "
+    "over the samples of one result"
+)
+
+
+@dataclass(frozen=True)
+class GitInfo:
+    commit: str | None = None
+    branch: str | None = None
+    dirty: bool | None = None
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    name: str
+    unit: str
+    higher_is_better: bool
+    median: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    replicates: int
+    mde: float | None = None
+    role: str | None = None
+    group: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "median": self.median,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n": self.n,
+            "replicates": self.replicates,
+            "mde": self.mde,
+            "role": self.role,
+            "group": self.group,
+        }
+
+
+@dataclass(frozen=True)
+class Record:
+    """One result as the store keeps it; `body` is the file's exact bytes."""
+
+    kind: str
+    status: str
+    fingerprint: str
+    created_at: str
+    config_hash: str
+    subset_hash: str | None
+    path: str
+    sha256: str
+    git: GitInfo = field(default_factory=GitInfo)
+    host: str | None = None
+    metrics: tuple[MetricSummary, ...] = ()
+    body: bytes = b""
+    recorded_at: str = field(default_factory=utc_now)
+
+
+def canonical_hash(obj: Any) -> str:
+    """SHA-256 of the canonical JSON of `obj` (sorted keys): equal data, equal hash."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprint_hash(result: Result) -> str:
+    return canonical_hash((result.environment or {}).get("blocking") or {})
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def detect_git(cwd: Path | None = None) -> GitInfo:
+    """Commit, branch and dirty flag of the checkout at `cwd`; None where unknown (no git, not a
+    repository). `MLB_GIT_COMMIT` / `MLB_GIT_BRANCH` win: CI checkouts are often detached."""
+    cwd = cwd or Path.cwd()
+    commit = os.environ.get("MLB_GIT_COMMIT") or _git(["rev-parse", "HEAD"], cwd)
+    branch = os.environ.get("MLB_GIT_BRANCH") or _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
+    if branch == "HEAD":  # detached: no branch name to give
+        branch = None
+    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd) if commit else None
+    return GitInfo(commit, branch, None if status is None else bool(status))
+
+
+def _median_ci(values: np.ndarray) -> tuple[float | None, float | None]:
+    if values.size < 2:
+        return None, None
+    ci = sps.quantile_test(values, p=0.5).confidence_interval(CI_LEVEL)
+    low, high = float(ci.low), float(ci.high)
+    # too few samples for the level: an unbounded side is "not known", not infinity
+    return (low if math.isfinite(low) else None, high if math.isfinite(high) else None)
+
+
+def summarize_metric(metric: Metric, noise: Mapping[str, Any] | None) -> MetricSummary | None:
+    values = np.asarray([v for v in metric.values if math.isfinite(v)], dtype=float)
+    if values.size == 0:
+        return None
+    low, high = _median_ci(values)
+    meta = metric.meta or {}
+    mde = (noise or {}).get("mde")
+    return MetricSummary(
+        name=metric.name,
+        unit=metric.unit,
+        higher_is_better=metric.higher_is_better,
+        median=float(np.median(values)),
+        ci_low=low,
+        ci_high=high,
+        n=int(values.size),
+        replicates=len(set(metric.replicate)) if metric.replicate else 1,
+        mde=float(mde) if isinstance(mde, (int, float)) and math.isfinite(mde) else None,
+        role=meta.get("role") if isinstance(meta.get("role"), str) else None,
+        group=meta.get("group") if isinstance(meta.get("group"), str) else None,
+    )
+
+
+def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None = None) -> Record:
+    """The record of `result`, whose file (at `path`) has the bytes `body`."""
+    noise = result.data.get("noise") if isinstance(result.data.get("noise"), dict) else {}
+    summaries = (summarize_metric(m, noise.get(n)) for n, m in result.measurements.items())
+    config = {k: v for k, v in (result.config or {}).items() if k != "history"}
+    subset = ((result.environment or {}).get("blocking") or {}).get("subset_sha256")
+    return Record(
+        kind=result.kind,
+        status=result.status,
+        fingerprint=fingerprint_hash(result),
+        created_at=result.created_at or utc_now(),
+        config_hash=canonical_hash(config),
+        subset_hash=str(subset) if subset else None,
+        path=str(Path(path).resolve()),
+        sha256=hashlib.sha256(body).hexdigest(),
+        git=git if git is not None else detect_git(),
+        host=socket.gethostname(),
+        metrics=tuple(s for s in summaries if s is not None),
+        body=body,
+    )
+
+
+def record_file(path: Path, git: GitInfo | None = None) -> Record:
+    """Read and validate a result file, and build its record (one-line errors)."""
+    path = Path(path)
+    try:
+        body = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return record_of(parse_body(body, str(path)), body, path, git)
+
+
+def parse_body(body: bytes, where: str) -> Result:
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ResultFileError(f"{where}: not an mlb result file (not valid JSON)") from None
+    return result_from_dict(doc, where)
+
+
+__all__ = [
+    "CI_LEVEL",
+    "CI_METHOD",
+    "GitInfo",
+    "MetricSummary",
+    "Record",
+    "canonical_hash",
+    "detect_git",
+    "fingerprint_hash",
+    "parse_body",
+    "record_file",
+    "record_of",
+    "summarize_metric",
+]

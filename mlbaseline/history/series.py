@@ -1,0 +1,143 @@
+"""Series of comparable results and the change points in them.
+
+A *series* is one metric (a stage such as `train.bs64.forward`, a total, a rate) over the
+records of one kind and one comparability fingerprint, oldest first: the results `mlb compare`
+would accept as a pair. Change points come from :func:`mlbaseline.history.changepoints.detect`
+on the series of medians; each is tied back to the runs around it (ids, times, the commit
+range) so that `mlb history check` can name the run and the stage that moved.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlbaseline.history.record import MetricSummary
+from mlbaseline.history.store import Entry
+
+
+@dataclass(frozen=True)
+class Point:
+    entry: Entry
+    summary: MetricSummary
+
+
+@dataclass
+class Series:
+    kind: str
+    fingerprint: str
+    metric: str
+    points: list[Point] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        return self.points[-1].summary.unit if self.points else ""
+
+    @property
+    def higher_is_better(self) -> bool:
+        return bool(self.points and self.points[-1].summary.higher_is_better)
+
+    @property
+    def medians(self) -> list[float]:
+        return [p.summary.median for p in self.points]
+
+
+def _group_key(e: Entry) -> tuple[str, str]:
+    return (e.kind, e.fingerprint)
+
+
+def build_series(
+    entries: Iterable[Entry], metrics: Sequence[str] | None = None, residuals: bool = False
+) -> list[Series]:
+    """One series per (kind, fingerprint, metric) of `entries` (oldest first already), for the
+    metrics matching any glob of `metrics` (all when None); residuals are left out unless
+    `residuals` (their median sits near 0 and may be negative: a ratio means nothing)."""
+    out: dict[tuple[str, str, str], Series] = {}
+    for e in entries:
+        for name, s in e.metrics.items():
+            if not residuals and s.role == "residual":
+                continue
+            if metrics and not any(fnmatch.fnmatchcase(name, pat) for pat in metrics):
+                continue
+            key = (*_group_key(e), name)
+            if key not in out:
+                out[key] = Series(e.kind, e.fingerprint, name)
+            out[key].points.append(Point(e, s))
+    return sorted(out.values(), key=lambda s: (s.kind, s.fingerprint, s.metric))
+
+
+def _run(e: Entry) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "created_at": e.created_at,
+        "commit": e.git.commit,
+        "branch": e.git.branch,
+        "dirty": e.git.dirty,
+        "path": e.path,
+    }
+
+
+def _direction(rel_change: float, higher_is_better: bool) -> str:
+    if rel_change == 0:
+        return "unchanged"
+    worse = rel_change < 0 if higher_is_better else rel_change > 0
+    return "regression" if worse else "improvement"
+
+
+def check_series(
+    series: Series, *, alpha: float, min_segment: int, confidence: float, seed: int = 0
+) -> dict[str, Any]:
+    """Change points and outliers of one series, each tied to its runs."""
+    from mlbaseline.history import changepoints
+
+    det = changepoints.detect(
+        series.medians, alpha=alpha, min_segment=min_segment, confidence=confidence, seed=seed
+    )
+    pts = series.points
+    changes = []
+    for cp in det.change_points:
+        first, last_before = pts[cp.index].entry, pts[cp.index - 1].entry
+        changes.append(
+            {
+                **cp.to_dict(),
+                "direction": _direction(cp.rel_change, series.higher_is_better),
+                "run": _run(first),
+                "previous_run": _run(last_before),
+                "commit_range": [last_before.git.commit, first.git.commit],
+            }
+        )
+    outliers = [{**o.to_dict(), "run": _run(pts[o.index].entry)} for o in det.outliers]
+    return {
+        "kind": series.kind,
+        "fingerprint": series.fingerprint,
+        "metric": series.metric,
+        "unit": series.unit,
+        "higher_is_better": series.higher_is_better,
+        "n": len(pts),
+        "method": det.method,
+        "change_points": changes,
+        "outliers": outliers,
+    }
+
+
+def trend_rows(series: Series) -> list[dict[str, Any]]:
+    """The points of a series as plain rows (the `trend` table and its JSON)."""
+    return [
+        {
+            "metric": series.metric,
+            **_run(p.entry),
+            "median": p.summary.median,
+            "ci_low": p.summary.ci_low,
+            "ci_high": p.summary.ci_high,
+            "n": p.summary.n,
+            "replicates": p.summary.replicates,
+            "mde": p.summary.mde,
+            "unit": p.summary.unit,
+        }
+        for p in series.points
+    ]
+
+
+__all__ = ["Point", "Series", "build_series", "check_series", "trend_rows"]

@@ -1,0 +1,450 @@
+"""The history store: one implementation on SQLAlchemy Core for both places a history lives.
+
+- **Embedded** (default): an SQLite file (stdlib `sqlite3` underneath), in WAL mode with a busy
+  timeout, every write in `BEGIN IMMEDIATE` so that parallel writers queue instead of failing.
+- **Team**: PostgreSQL through a `postgresql://` URL (driver `psycopg` 3), so CI runners on
+  several machines share one history. Migrations take an advisory lock there.
+
+Where: env `MLB_HISTORY` (a path or a URL) > config `history.store` > `mlb-results/history.sqlite`.
+
+A file at the store path that is not an mlb store (not SQLite, corrupt, another program's
+database) is refused with a one-line error (exit 2) and never written; a store of a newer
+schema version likewise. Statements are SQLAlchemy expressions with bound parameters: no SQL is
+built from user input. Nothing here deletes a record except :meth:`Store.remove`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from mlbaseline.errors import MlbError
+from mlbaseline.history import schema as sc
+from mlbaseline.history.record import GitInfo, MetricSummary, Record
+from mlbaseline.results import utc_now
+
+DEFAULT_PATH = Path("mlb-results") / "history.sqlite"
+ENV = "MLB_HISTORY"
+BUSY_TIMEOUT_S = 30.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_PG_LOCK = 0x6D6C62  # "mlb": the advisory lock migrations take on PostgreSQL
+
+
+class StoreError(MlbError):
+    """The history store cannot be used: unreadable, foreign, corrupt, newer, locked."""
+
+
+class StoreMissingError(StoreError):
+    """No store exists yet at the location (nothing has been recorded)."""
+
+
+def resolve_location(configured: str | None = None) -> str:
+    """MLB_HISTORY > config `history.store` > the default path."""
+    return os.environ.get(ENV) or configured or str(DEFAULT_PATH)
+
+
+def is_url(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgresql+psycopg://", "postgres://"))
+
+
+def display(location: str) -> str:
+    """The location with any password masked, for messages."""
+    if not is_url(location):
+        return location
+    return sa.engine.make_url(location).render_as_string(hide_password=True)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A stored result: its id and everything recorded but the document."""
+
+    id: int
+    kind: str
+    status: str
+    fingerprint: str
+    created_at: str
+    recorded_at: str
+    git: GitInfo
+    config_hash: str
+    subset_hash: str | None
+    path: str
+    sha256: str
+    host: str | None
+    metrics: dict[str, MetricSummary] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "fingerprint": self.fingerprint,
+            "created_at": self.created_at,
+            "recorded_at": self.recorded_at,
+            "git": {"commit": self.git.commit, "branch": self.git.branch, "dirty": self.git.dirty},
+            "config_hash": self.config_hash,
+            "subset_hash": self.subset_hash,
+            "path": self.path,
+            "sha256": self.sha256,
+            "host": self.host,
+            "metrics": {n: m.to_dict() for n, m in self.metrics.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Query:
+    """Filters of `mlb history list` / `export` and of the series queries (all optional)."""
+
+    kind: str | None = None
+    branch: str | None = None
+    since: str | None = None  # ISO time, compared as text (the times are UTC ISO strings)
+    fingerprint: str | None = None  # a prefix is enough
+    metric: str | None = None  # SQL LIKE pattern (from a glob: * → %, ? → _)
+    ids: Sequence[int] | None = None
+    last: int | None = None  # only the newest N (still returned oldest first)
+
+
+def _check_sqlite_file(path: Path, create: bool) -> None:
+    """Refuse what is not an SQLite file before SQLite touches it (it would happily turn an
+    empty or missing file into a database, and a foreign file must stay as it was)."""
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder, not an mlb history store")
+    if not path.exists():
+        if not create:
+            raise StoreMissingError(f"{path}: no history store yet (nothing recorded)")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot create ({exc.strerror or exc})") from None
+        return
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if head and head != _SQLITE_MAGIC:
+        raise StoreError(
+            f"{path}: not an mlb history store (not an SQLite database); nothing was changed"
+        )
+
+
+def _sqlite_engine(path: Path) -> Engine:
+    engine = sa.create_engine(
+        f"sqlite:///{path}",
+        connect_args={"timeout": BUSY_TIMEOUT_S},
+        poolclass=sa.pool.NullPool,  # one connection per use: nothing held between commands
+    )
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" below decides, not pysqlite
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        # take the write lock up front: two writers queue on the busy timeout instead of one
+        # failing with "database is locked" when it upgrades a read lock
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _pg_engine(url: str) -> Engine:
+    u = sa.engine.make_url(url.replace("postgres://", "postgresql://", 1))
+    if u.drivername in ("postgresql", "postgres"):
+        u = u.set(drivername="postgresql+psycopg")
+    return sa.create_engine(u, pool_pre_ping=True)
+
+
+@contextmanager
+def _translated(where: str) -> Iterator[None]:
+    """Driver errors become one-line StoreErrors (exit 2), never a traceback."""
+    try:
+        yield
+    except MlbError:
+        raise
+    except sa.exc.OperationalError as exc:
+        text = str(exc.orig or exc).splitlines()[0]
+        if "locked" in text or "busy" in text:
+            raise StoreError(
+                f"{where}: the store stayed locked by another writer for {BUSY_TIMEOUT_S:.0f} s"
+            ) from None
+        raise StoreError(f"{where}: {text}") from None
+    except sa.exc.DatabaseError as exc:
+        text = str(exc.orig or exc).splitlines()[0]
+        raise StoreError(
+            f"{where}: not a usable mlb history store ({text}); nothing was changed"
+        ) from None
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"{where}: {str(exc).splitlines()[0]}") from None
+
+
+class Store:
+    """An open history store (use :func:`open_store`)."""
+
+    def __init__(self, engine: Engine, location: str) -> None:
+        self.engine = engine
+        self.location = location
+        self.dialect = engine.dialect.name
+
+    # ------------------------------------------------------------ schema
+
+    def version(self) -> int | None:
+        """The applied schema version; None for an empty database. Raises for a foreign one."""
+        with _translated(display(self.location)), self.engine.connect() as conn:
+            return self._version(conn)
+
+    def _version(self, conn: Connection) -> int | None:
+        tables = set(sa.inspect(conn).get_table_names())
+        if sc.SCHEMA_TABLE not in tables:
+            if tables:
+                raise StoreError(
+                    f"{display(self.location)}: a database that is not an mlb history store "
+                    f"(tables: {', '.join(sorted(tables)[:5])}); nothing was changed"
+                )
+            return None
+        found = conn.execute(sa.select(sa.func.max(sc.schema_versions.c.version))).scalar()
+        return int(found) if found is not None else None
+
+    def migrate(self, upto: int = sc.LATEST) -> int:
+        """Apply the migrations not yet applied (up to `upto`), in one transaction; refuse a
+        store from a newer mlb. Returns the version now in force."""
+        where = display(self.location)
+        with _translated(where), self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK})
+            current = self._version(conn)
+            if current is not None and current > sc.LATEST:
+                raise StoreError(
+                    f"{where}: history store schema version {current} is newer than this mlb "
+                    f"reads (up to {sc.LATEST}); upgrade mlb to use it (nothing was changed)"
+                )
+            if current is None:
+                sc.schema_versions.create(conn, checkfirst=True)
+            for version in range(int(current or 0) + 1, upto + 1):
+                name, step = sc.MIGRATIONS[version]
+                step(conn)
+                conn.execute(
+                    sc.schema_versions.insert().values(
+                        version=version, name=name, applied_at=utc_now()
+                    )
+                )
+            return max(int(current or 0), upto)
+
+    # ------------------------------------------------------------ writing
+
+    def add(self, rec: Record) -> tuple[int, bool]:
+        """Store `rec`; (its id, True) — or (the id already stored, False) for a file whose
+        SHA-256 is already recorded (recording is idempotent)."""
+        with _translated(display(self.location)), self.engine.begin() as conn:
+            found = conn.execute(
+                sa.select(sc.results.c.id).where(sc.results.c.sha256 == rec.sha256)
+            ).scalar()
+            if found is not None:
+                return int(found), False
+            new_id = conn.execute(
+                sc.results.insert().values(**_result_row(rec)).returning(sc.results.c.id)
+            ).scalar_one()
+            if rec.metrics:
+                conn.execute(sc.metrics.insert(), [_metric_row(new_id, m) for m in rec.metrics])
+            conn.execute(
+                sc.documents.insert().values(result_id=new_id, body=zlib.compress(rec.body, 6))
+            )
+            return int(new_id), True
+
+    def remove(self, result_id: int) -> bool:
+        """Delete one record with its metrics and document; False when there is no such id."""
+        with _translated(display(self.location)), self.engine.begin() as conn:
+            for table in (sc.metrics, sc.documents):
+                conn.execute(table.delete().where(table.c.result_id == result_id))
+            gone = conn.execute(sc.results.delete().where(sc.results.c.id == result_id))
+            return bool(gone.rowcount)
+
+    # ------------------------------------------------------------ reading
+
+    def document(self, result_id: int) -> bytes | None:
+        with _translated(display(self.location)), self.engine.connect() as conn:
+            body = conn.execute(
+                sa.select(sc.documents.c.body).where(sc.documents.c.result_id == result_id)
+            ).scalar()
+        return None if body is None else zlib.decompress(body)
+
+    def get(self, result_id: int) -> Entry | None:
+        found = self.entries(Query(ids=[result_id]))
+        return found[0] if found else None
+
+    def count(self) -> int:
+        with _translated(display(self.location)), self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(sc.results)).scalar())
+
+    def entries(self, q: Query = Query(), with_metrics: bool = True) -> list[Entry]:
+        """The records matching `q`, oldest first (by the result's own time, then id)."""
+        r = sc.results.c
+        stmt = sa.select(sc.results)
+        if q.kind:
+            stmt = stmt.where(r.kind == q.kind)
+        if q.branch:
+            stmt = stmt.where(r.git_branch == q.branch)
+        if q.since:
+            stmt = stmt.where(r.created_at >= q.since)
+        if q.fingerprint:
+            stmt = stmt.where(r.fingerprint.startswith(q.fingerprint, autoescape=True))
+        if q.ids is not None:
+            stmt = stmt.where(r.id.in_(list(q.ids)))
+        if q.metric:
+            has = sa.select(sc.metrics.c.result_id).where(
+                sc.metrics.c.name.like(q.metric, escape="\\")
+            )
+            stmt = stmt.where(r.id.in_(has))
+        stmt = stmt.order_by(r.created_at.desc(), r.id.desc())
+        if q.last:
+            stmt = stmt.limit(q.last)
+        with _translated(display(self.location)), self.engine.connect() as conn:
+            rows = list(conn.execute(stmt).mappings())[::-1]
+            metrics = self._metrics(conn, [row["id"] for row in rows], q.metric) if rows else {}
+        return [_entry(row, metrics.get(row["id"], {}) if with_metrics else {}) for row in rows]
+
+    def _metrics(
+        self, conn: Connection, ids: list[int], like: str | None
+    ) -> dict[int, dict[str, MetricSummary]]:
+        out: dict[int, dict[str, MetricSummary]] = {}
+        m = sc.metrics.c
+        for start in range(0, len(ids), 500):  # bounded IN lists
+            stmt = sa.select(sc.metrics).where(m.result_id.in_(ids[start : start + 500]))
+            if like:
+                stmt = stmt.where(m.name.like(like, escape="\\"))
+            for row in conn.execute(stmt).mappings():
+                out.setdefault(row["result_id"], {})[row["name"]] = _summary(row)
+        return out
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _result_row(rec: Record) -> dict[str, Any]:
+    return {
+        "kind": rec.kind,
+        "status": rec.status,
+        "fingerprint": rec.fingerprint,
+        "created_at": rec.created_at,
+        "recorded_at": rec.recorded_at,
+        "git_commit": rec.git.commit,
+        "git_branch": rec.git.branch,
+        "git_dirty": rec.git.dirty,
+        "config_hash": rec.config_hash,
+        "subset_hash": rec.subset_hash,
+        "path": rec.path,
+        "sha256": rec.sha256,
+        "host": rec.host,
+    }
+
+
+def _metric_row(result_id: int, m: MetricSummary) -> dict[str, Any]:
+    return {
+        "result_id": result_id,
+        "name": m.name,
+        "unit": m.unit,
+        "higher_is_better": m.higher_is_better,
+        "role": m.role,
+        "grp": m.group,
+        "median": m.median,
+        "ci_low": m.ci_low,
+        "ci_high": m.ci_high,
+        "n": m.n,
+        "replicates": m.replicates,
+        "mde": m.mde,
+    }
+
+
+def _summary(row: Any) -> MetricSummary:
+    return MetricSummary(
+        name=row["name"],
+        unit=row["unit"],
+        higher_is_better=bool(row["higher_is_better"]),
+        median=float(row["median"]),
+        ci_low=row["ci_low"],
+        ci_high=row["ci_high"],
+        n=int(row["n"]),
+        replicates=int(row["replicates"]),
+        mde=row["mde"],
+        role=row["role"],
+        group=row["grp"],
+    )
+
+
+def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:
+    dirty = row["git_dirty"]
+    return Entry(
+        id=int(row["id"]),
+        kind=row["kind"],
+        status=row["status"],
+        fingerprint=row["fingerprint"],
+        created_at=row["created_at"],
+        recorded_at=row["recorded_at"],
+        git=GitInfo(row["git_commit"], row["git_branch"], None if dirty is None else bool(dirty)),
+        config_hash=row["config_hash"],
+        subset_hash=row["subset_hash"],
+        path=row["path"],
+        sha256=row["sha256"],
+        host=row["host"],
+        metrics=metrics,
+    )
+
+
+def open_store(location: str, *, create: bool = True) -> Store:
+    """Open (and with `create`, create or upgrade) the store at `location`: a path or a
+    `postgresql://` URL. Without `create`, a missing SQLite file is StoreMissingError and an
+    un-migrated store is refused rather than changed."""
+    if is_url(location):
+        try:
+            store = Store(_pg_engine(location), location)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise StoreError(f"{display(location)}: not a usable PostgreSQL URL ({exc})") from None
+    else:
+        path = Path(location)
+        _check_sqlite_file(path, create)
+        store = Store(_sqlite_engine(path), str(path))
+    if create:
+        store.migrate()
+        return store
+    version = store.version()
+    if version is None:
+        raise StoreMissingError(f"{display(location)}: no history store yet (nothing recorded)")
+    if version != sc.LATEST:
+        store.migrate()  # upgrades an older store; refuses a newer one
+    return store
+
+
+def glob_to_like(pattern: str) -> str:
+    """A shell glob as an SQL LIKE pattern: * → %, ? → _, with LIKE's own marks escaped."""
+    out = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return out.replace("*", "%").replace("?", "_")
+
+
+__all__ = [
+    "DEFAULT_PATH",
+    "ENV",
+    "Entry",
+    "Query",
+    "Store",
+    "StoreError",
+    "StoreMissingError",
+    "display",
+    "glob_to_like",
+    "is_url",
+    "open_store",
+    "resolve_location",
+]
