@@ -254,3 +254,41 @@ def test_cli_ab_bad_input():
     assert res.exit_code == 2 and "nope" in res.output
     res = runner.invoke(app, ["ab", *TINY, "--set-b", "workload.device=cuda:7", "--pairs", "2"])
     assert res.exit_code in (2, 3), res.output
+
+
+# ---------------------------------------------------------------- drift control (issue 15 item 5)
+
+
+def _control(clock, machine):
+    from mlbaseline.measure.control import ControlKernel
+
+    return ControlKernel(2, clock, work=lambda: clock.advance(0.002 * machine.slowdown()))
+
+
+def test_control_kernel_sees_the_drift_that_pairing_cancels():
+    clock = ManualClock()
+    machine = Machine(clock, at_s=1.0, factor=1.3)  # ~ pair 23 of 60
+    steps = {"a": FakeArm(clock, machine, seed=1), "b": FakeArm(clock, machine, seed=2)}
+    control = _control(clock, machine)
+    log = run_pairs(steps, abba_order(60, 42), None, clock, warmup=2, control=control)
+    assert len(log.control) == 30 and [p for p, _ in log.control][:2] == [1, 3]
+    result = ab_result(_cfg(), _cfg(), log, stats.PAIRED_THRESHOLD, 42, None, control.meta())
+    m = result.measurements["ab.control.matmul"]
+    assert m.meta["role"] == "control" and m.replicate == [p for p, _ in log.control]
+    assert result.data["drift"]["control"]["late_over_early"] == pytest.approx(1.3, rel=0.01)
+    assert result.data["verdict"] != "regressed" and result.data["drift"]["signature"] is None
+
+
+def test_b_slower_in_every_stage_alike_is_named_machine_drift():
+    clock = ManualClock()
+    machine = Machine(clock, at_s=1e9, factor=1.0)
+    uniform = dict.fromkeys(TRAIN_STAGES, 1.2)
+    steps = {"a": FakeArm(clock, machine, seed=1), "b": FakeArm(clock, machine, uniform, seed=2)}
+    log = run_pairs(steps, abba_order(60, 42), None, clock)
+    result = ab_result(_cfg(), _cfg(), log, stats.PAIRED_THRESHOLD, 42)
+    verdicts = {s["stage"]: s["verdict"] for s in result.data["stages"]}
+    assert "regressed" not in verdicts.values() and result.data["verdict"] != "regressed"
+    sig = result.data["drift"]["signature"]
+    assert sig["factor"] == pytest.approx(1.2, rel=0.01) and "data_wait" in sig["stages"]
+    assert "machine_drift" in {w["code"] for w in result.warnings}
+    assert not result.verdict.failed

@@ -15,16 +15,21 @@ the stop reason, per-stage verdicts (`stages`) and the overall `verdict`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from mlbaseline import stats
+from mlbaseline.comparison import drift
 from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import NotComparableError, UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.contamination import CpuAccount
+from mlbaseline.measure.contamination import record as record_contamination
+from mlbaseline.measure.control import ControlKernel, make_control
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.gpu import GpuProbe, default_probe
 from mlbaseline.measure.interleave import ARMS, abba_order, arms_of
@@ -59,6 +64,7 @@ class PairLog:
     done: list[str] = field(default_factory=list)  # the order of each finished pair
     dropped: list[dict[str, Any]] = field(default_factory=list)  # pairs a TurnFailed cut
     stop_reason: str = "pairs"
+    control: list[tuple[int, float]] = field(default_factory=list)  # (pair, control kernel s)
 
 
 def run_pairs(
@@ -69,12 +75,14 @@ def run_pairs(
     warmup: int = 0,
     on_pair: Callable[[int], None] | None = None,
     max_failures: int = MAX_FAILURES,
+    control: ControlKernel | None = None,
 ) -> PairLog:
     """Warm-up (`warmup` steps per arm, alternating A, B), then one step per arm per pair in
     `order`, until the order is done ("pairs") or `budget_s` since the start is spent
     ("budget"). Ctrl-C stops it ("interrupted"); the pair it cut is dropped. A step that
     raises TurnFailed drops its pair (recorded in `dropped`); `max_failures` in a row stop
-    the run ("failures")."""
+    the run ("failures"). `control`: the control kernel, timed after every `control.every`-th
+    finished pair (between the steps, never inside one)."""
     log = PairLog()
     failures = 0
     start = clock.now_ns()
@@ -101,6 +109,8 @@ def run_pairs(
             for arm in ARMS:
                 log.times[arm].append(got[arm])
             log.done.append(pair)
+            if control is not None and len(log.done) % control.every == 0:
+                log.control.append((len(log.done) - 1, control.sample()))
             if on_pair is not None:
                 on_pair(i)
     except KeyboardInterrupt:
@@ -144,9 +154,11 @@ def ab_result(
     threshold: float,
     seed: int,
     meta: dict[str, Any] | None = None,
+    control_meta: dict[str, Any] | None = None,
 ) -> Result:
     """The versioned result: both arms' raw samples (pair ids as replicate ids), the order,
-    per-stage verdicts with one check each (regressed fails), the overall verdict."""
+    per-stage verdicts with one check each (regressed fails), the overall verdict; the control
+    kernel's samples (`ab.control.matmul`, with `control_meta`) and the drift record."""
     result = Result(kind="ab", config={"a": cfg_a.to_dict(), "b": cfg_b.to_dict()})
     ids = list(range(len(log.done)))
     for arm in ARMS:
@@ -158,6 +170,7 @@ def ab_result(
             values = stage_values(log.times[arm], s)
             result.add_metric(Metric(f"ab.{arm}.{s}", "s", False, values, warm, ids, meta=meta_m))
     judged, overall = judge(log, cfg_a, threshold, seed)
+    judged, overall, drift_doc = _drift(result, log, judged, overall, threshold, control_meta)
     for st in judged:
         status = {"regressed": "fail", "inconclusive": "warn"}.get(st.verdict, "pass")
         msg = f"B/A {st.ratio:.4f} [{st.ci_low:.4f}, {st.ci_high:.4f}], p_holm {st.p_adjusted:.3g}"
@@ -175,11 +188,50 @@ def ab_result(
         "method": "per-pair log-ratio B/A; median, bootstrap CI; Wilcoxon signed-rank; Holm",
         "stages": [s.to_dict() for s in judged],
         "verdict": overall,
+        "drift": drift_doc,
     }
     if log.stop_reason == "interrupted":
         result.mark("interrupted", f"Ctrl-C: {len(log.done)} finished pairs kept")
     _warn_pairs(result, len(log.done), cfg_a.compare.alpha)
     return result
+
+
+def _drift(
+    result: Result,
+    log: PairLog,
+    judged: list[stats.PairedStage],
+    overall: str,
+    threshold: float,
+    control_meta: dict[str, Any] | None,
+) -> tuple[list[stats.PairedStage], str, dict[str, Any]]:
+    """The control's samples as a metric and how far the machine moved during the run (late
+    half / early half of the control: common-mode drift, which pairing cancels); and the drift
+    signature over the paired stages (every stage ×f alike, data_wait/h2d included: machine
+    drift, not a regression), whose regressed/improved verdicts are then held back."""
+    doc: dict[str, Any] = {"control": None, "signature": None}
+    if log.control:
+        ids, values = [p for p, _ in log.control], [v for _, v in log.control]
+        meta = {**(control_meta or {}), "group": "ab.control", "role": "control"}
+        result.add_metric(Metric("ab.control.matmul", "s", False, values, [], ids, meta=meta))
+        half = len(values) // 2
+        moved = (
+            float(np.median(values[half:]) / np.median(values[:half]))
+            if half and np.median(values[:half]) > 0
+            else None
+        )
+        note = "common-mode drift during the run; pairing cancels it"
+        doc["control"] = {"samples": len(values), "late_over_early": moved, "note": note}
+    rows = [(s.stage, s.ratio, s.ci_low, s.ci_high) for s in judged if s.stage in TRAIN_STAGES]
+    sig = drift.signature("ab", rows, threshold)
+    if sig is None:
+        return judged, overall, doc
+    doc["signature"] = sig.to_dict()
+    result.warn("machine_drift", sig.message(), factor=sig.factor)
+    held = [
+        replace(s, verdict="inconclusive") if s.verdict in ("regressed", "improved") else s
+        for s in judged
+    ]
+    return held, stats.overall_verdict(held), doc
 
 
 def _warn_pairs(result: Result, n: int, alpha: float) -> None:
@@ -255,10 +307,15 @@ def run_ab(
     }
     warmup = max(cfg_a.throughput.warmup_min, cfg_b.throughput.warmup_min, 1)
     threads = torch.get_num_threads()
+    clock = clock or PerfClock()
+    # the control every N/2 pairs: a pair is two steps, throughput.control_every counts steps
+    every = cfg_a.throughput.control_every
+    control = make_control(max(1, every // 2), clock) if every else None
+    account = CpuAccount(cfg_a.throughput.contamination_cores)
     try:
-        with progress.task("ab: pairs", total=pairs) as task:
+        with progress.task("ab: pairs", total=pairs) as task, account.phase("ab pairs"):
             log = run_pairs(
-                steps, order, budget_s, clock or PerfClock(), warmup, lambda _: task.advance()
+                steps, order, budget_s, clock, warmup, lambda _: task.advance(), control=control
             )
     finally:
         torch.set_num_threads(threads)  # the arms' thread counts end with the run
@@ -273,7 +330,10 @@ def run_ab(
         "planned_order": order,
         "stages_recorded": list(RECORDED),
     }
-    result = ab_result(cfg_a, cfg_b, log, threshold, seed, meta)
+    result = ab_result(
+        cfg_a, cfg_b, log, threshold, seed, meta, control.meta() if control else None
+    )
+    record_contamination(result, account)
     own = probe is None
     probe = probe or default_probe()
     try:
