@@ -284,6 +284,20 @@ class EnvCheckConfig:
 
 
 @dataclass(frozen=True)
+class HistoryConfig:
+    """The baseline history (`mlb history`): where results are recorded, and the gate."""
+
+    store: str = _f(
+        "",
+        "History store: an SQLite file or a postgresql:// URL (empty: "
+        "mlb-results/history.sqlite); env MLB_HISTORY overrides it.",
+    )
+    record: bool = _f(True, "Record every result mlb writes in the history store.")
+    gate_last: int = _f(5, "Comparable baselines `mlb history gate` judges against.", min=1)
+    min_segment: int = _f(3, "Runs a change point needs after it to be confirmed.", min=1)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole resolved configuration; copied into every result."""
 
@@ -296,6 +310,7 @@ class Config:
     subset: SubsetConfig = field(default_factory=SubsetConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     env_check: EnvCheckConfig = field(default_factory=EnvCheckConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
