@@ -210,6 +210,11 @@ class DataloaderConfig:
     pin_memory: list[bool] = _f([False, True], "pin_memory settings to try.", nonempty=True)
     persistent_workers: bool = _f(False, "Keep workers alive between passes.")
     batches: int = _f(16, "Batches per setting (at least 16).", min=1)
+    shuffle: bool = _f(
+        True,
+        "Read like a training loop: a seeded random permutation of the whole dataset (false: "
+        "the first files in order, which may all be one class).",
+    )
     batch_size: int | None = _f(None, "Batch size; default: golden.batch_size.", min=1)
     decoder: str = _f("pil", "Image decoder.", choices=("pil", "opencv"))
     cold_cache: bool = _f(True, "Also measure a cold page-cache pass (posix_fadvise DONTNEED).")

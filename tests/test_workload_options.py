@@ -225,9 +225,7 @@ def sets(**over: Any) -> list[str]:
 
 def test_channels_last_converts_model_and_inputs():
     r = cfg(**{"workload.channels_last": True, "workload.model": f"{__name__}:Recorder"})
-    step, batches_ = sweep.build_step(
-        r, build_dataset(r), 4, "cpu", sweep.SingleProcess(), None
-    )
+    step, batches_ = sweep.build_step(r, build_dataset(r), 4, "cpu", sweep.SingleProcess(), None)
     try:
         step()
         model = step.model
@@ -236,7 +234,9 @@ def test_channels_last_converts_model_and_inputs():
     finally:
         batches_.close()
     off = cfg(**{"workload.model": f"{__name__}:Recorder"})
-    step, batches_ = sweep.build_step(off, build_dataset(off), 4, "cpu", sweep.SingleProcess(), None)
+    step, batches_ = sweep.build_step(
+        off, build_dataset(off), 4, "cpu", sweep.SingleProcess(), None
+    )
     try:
         step()
         assert not step.model.calls[-1]["channels_last"]

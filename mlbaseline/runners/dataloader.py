@@ -46,9 +46,50 @@ from mlbaseline.runners.dataloader_passes import (
     prime_cache,
     run_pass,
     source_kind,
+    touched,
 )
 
 __all__ = ["input_bound_verdict", "run_dataloader"]
+
+# A measurement that touched fewer files than both of these, or fewer than this share of the
+# classes, is a small, possibly unrepresentative sample of the dataset: a warning says so.
+COVERAGE_MIN_SHARE = 0.10
+COVERAGE_MIN_FILES = 500
+COVERAGE_MIN_CLASS_SHARE = 0.5
+
+
+def _coverage(cfg: Config, result: Result, source: Source, seen: set[int]) -> None:
+    """How many distinct files (and classes) the passes read, and a warning when few."""
+    n = len(source.dataset)
+    labels = source.labels
+    classes = len(set(labels)) if labels else None
+    hit = len({labels[i] for i in seen}) if labels else None
+    cov = {
+        "samples_touched": len(seen),
+        "samples_total": n,
+        "share": len(seen) / n if n else None,
+        "classes_touched": hit,
+        "classes_total": classes,
+        "sampler": "shuffled" if cfg.dataloader.shuffle else "sequential",
+    }
+    result.data["coverage"] = cov
+    few = len(seen) < min(n, COVERAGE_MIN_FILES) and len(seen) < COVERAGE_MIN_SHARE * n
+    few_classes = classes is not None and (hit or 0) < COVERAGE_MIN_CLASS_SHARE * classes
+    if few or few_classes:
+        what = f"{len(seen)} of {n} samples ({len(seen) / n:.1%})"
+        if classes is not None:
+            what += f" from {hit} of {classes} classes"
+        advice = (
+            "raise dataloader.batches"
+            if cfg.dataloader.shuffle
+            else "set dataloader.shuffle: true, or raise dataloader.batches"
+        )
+        result.warn(
+            "coverage",
+            f"the measurement read {what}: a small, possibly unrepresentative share of the "
+            f"dataset (file sizes and formats can differ by class); {advice}",
+            **{k: v for k, v in cov.items() if k != "sampler"},
+        )
 
 
 def _failed_row(workers: int, pin: bool, cold: bool, exc: BaseException) -> dict[str, Any]:
@@ -126,8 +167,8 @@ def _measure_setting(sw: _Sweep, workers: int, pin: bool) -> None:
         source, workers, pin, cfg.dataloader.persistent_workers, length, plan.batch_size, cfg
     )
     for cold in [True, False] if plan.cold else [False]:
-        if not cold:
-            prime_cache(source.paths[:length])  # the files this pass reads
+        if not cold and source.paths:  # the files this pass reads, once each
+            prime_cache([source.paths[i] for i in dict.fromkeys(sampler.indices())])
         try:
             record = run_pass(
                 loader, sampler, workers, pin, cold, n_batches, plan.device, plan.cpus, sw.progress
@@ -137,6 +178,7 @@ def _measure_setting(sw: _Sweep, workers: int, pin: bool) -> None:
             _setting_failed(sw.result, metric_prefix(workers, pin, cold), exc)
             break  # the loader's workers are gone: its other pass is not measured
         _collect_failed(record, state["corrupt"])
+        state["touched"].update(touched(record))
         _check_any_loaded(record, state["corrupt"])
         add_pass_metrics(sw.result, record, source.split)
         row = pass_row(record, source.split, plan.batch_size, cfg.compare.confidence)
@@ -182,7 +224,14 @@ def run_dataloader(
         torch.set_num_threads(cfg.workload.threads)
     result = Result(kind="dataloader", config=cfg.to_dict())
     tmp: Path | None = None
-    state: dict[str, Any] = {"rows": [], "corrupt": {}, "persistent": [], "current": "setup"}
+    source: Source | None = None
+    state: dict[str, Any] = {
+        "rows": [],
+        "corrupt": {},
+        "persistent": [],
+        "current": "setup",
+        "touched": set(),
+    }
     plan: Plan | None = None
     try:
         if source_kind(cfg, data_dir) == "synthetic":
@@ -201,13 +250,15 @@ def run_dataloader(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    _finish(cfg, result, plan, state, throughput_result)
+    _finish(cfg, result, plan, state, throughput_result, source)
     return result
 
 
 def _describe_run(
     cfg: Config, result: Result, source: Source, plan: Plan, flags: Mapping[str, Any]
 ) -> None:
+    from mlbaseline.workloads.timed_folder import PassSampler  # imports torch: not at import
+
     if not source.split:
         result.warn(
             "whole_sample",
@@ -226,10 +277,12 @@ def _describe_run(
         cold_cache=plan.cold,
         decoder=cfg.dataloader.decoder,
         loader={
-            "shuffle": False,
+            "shuffle": cfg.dataloader.shuffle,
             "drop_last": True,
             "seed": cfg.golden.seed,
-            "sampler": "sequential, cycled when the dataset is smaller than a pass",
+            "sampler": PassSampler(
+                len(source.dataset), 1, seed=cfg.golden.seed, shuffle=cfg.dataloader.shuffle
+            ).describe(),
             "prefetch_factor": cfg.dataloader.prefetch_factor,
             "worker_init_fn": "seeds random and numpy from torch.initial_seed()",
         },
@@ -246,6 +299,7 @@ def _finish(
     plan: Plan | None,
     state: Mapping[str, Any],
     throughput_result: Result | None,
+    source: Source | None = None,
 ) -> None:
     rows = state["rows"]
     corrupt = sorted(state["corrupt"].values(), key=lambda e: str(e["path"] or e["index"]))
@@ -262,6 +316,8 @@ def _finish(
         )
     if plan is None:
         return
+    if source is not None and rows:
+        _coverage(cfg, result, source, state["touched"])
     if "generated" in result.data.get("dataset", {}):
         result.data["dataset"]["generated"]["deleted"] = True
     cold_check(result, rows)

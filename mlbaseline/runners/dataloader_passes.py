@@ -1,7 +1,9 @@
 """Measuring one DataLoader setting: the data source, the loader, one timed pass, its metrics.
 
-For every setting (num_workers × pin_memory) the same DataLoader (shuffle off, drop_last on,
-seeded generator and worker_init_fn) runs a cold page-cache pass, then a warm one:
+For every setting (num_workers × pin_memory) the same DataLoader (drop_last on, seeded generator
+and worker_init_fn) runs a cold page-cache pass, then a warm one. Its sampler reads the way a
+training loop does: a seeded random permutation of the whole dataset (`dataloader.shuffle`), the
+same files in every pass, so that a pass is a fair sample of every class and file size:
 
 - **cold**: each file is evicted (`posix_fadvise DONTNEED`) just before it is read;
 - **warm**: every file of the pass is read once, untimed, before the pass.
@@ -69,6 +71,7 @@ class Source:
     split: bool  # True: read/decode/transform exposed; False: timed per sample as a whole
     paths: list[str]
     description: dict[str, Any]
+    labels: list[int] | None = None  # class index per sample, when the dataset says
 
 
 def source_kind(cfg: Config, data_dir: Path | None) -> str:
@@ -95,7 +98,7 @@ def open_source(cfg: Config, data_dir: Path | None, tmp_root: Path | None) -> So
         spec = build_dataset(cfg)
         ds = WholeSampleDataset(spec.dataset)
         desc = {**spec.description, "split": "whole-sample"}
-        return Source(ds, spec.collate_fn, False, [], desc)
+        return Source(ds, spec.collate_fn, False, [], desc, _labels(spec.dataset))
     if kind == "dir":
         if data_dir is not None or dl.data_dir:
             root, origin = Path(data_dir or dl.data_dir or ""), "dataloader.data_dir"
@@ -108,7 +111,8 @@ def open_source(cfg: Config, data_dir: Path | None, tmp_root: Path | None) -> So
         except DatasetError as exc:
             raise DatasetError(f"{origin}: {exc.message}") from None
         desc = {"type": "imagefolder", "root": str(root), "len": len(ds), "split": "stages"}
-        return Source(ds, None, True, ds.paths, {**desc, "classes": len(ds.classes)})
+        desc["classes"] = len(ds.classes)
+        return Source(ds, None, True, ds.paths, desc, [c for _, c in ds.samples])
     assert tmp_root is not None
     fmt = dl.synthetic_format
     paths = write_image_tree(
@@ -129,7 +133,17 @@ def open_source(cfg: Config, data_dir: Path | None, tmp_root: Path | None) -> So
             "location": "a temporary directory, deleted after the run",
         },
     }
-    return Source(ds, None, True, ds.paths, desc)
+    return Source(ds, None, True, ds.paths, desc, [c for _, c in ds.samples])
+
+
+def _labels(dataset: Any) -> list[int] | None:
+    """A user dataset's class per sample, when it exposes `targets` (torchvision's habit)."""
+    targets = getattr(dataset, "targets", None)
+    try:
+        labels = [int(t) for t in targets]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        return None
+    return labels if len(labels) == len(dataset) else None
 
 
 # ---------------------------------------------------------------- one pass
@@ -287,11 +301,13 @@ def make_loader(
 
     from mlbaseline.workloads.timed_folder import PassSampler, TimedCollate, seed_worker
 
-    sampler = PassSampler(len(source.dataset), length)
+    sampler = PassSampler(
+        len(source.dataset), length, seed=cfg.golden.seed, shuffle=cfg.dataloader.shuffle
+    )
     loader = DataLoader(
         source.dataset,
         batch_size=batch_size,
-        sampler=sampler,  # sequential: shuffle is off
+        sampler=sampler,  # shuffled (or not) by the sampler, the same files in every pass
         drop_last=True,
         num_workers=workers,
         pin_memory=pin,
@@ -391,6 +407,14 @@ def add_pass_metrics(result: Result, record: PassRecord, split: bool) -> None:
     )
 
 
+def touched(record: PassRecord) -> set[int]:
+    """Dataset indices the pass asked for, loaded or failed (warm-up batches included)."""
+    out = {t.index for b in record.batches for t in b.times}
+    out.update(f.index for b in record.batches for f in b.failed)
+    out.discard(-1)
+    return out
+
+
 def finite_median(values: Sequence[float]) -> float | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return float(stats.summarize(finite).median) if finite else None
@@ -401,6 +425,8 @@ def pass_row(record: PassRecord, split: bool, batch_size: int, confidence: float
     meas = record.measured
     rates = record.rolling_rates()
     med = finite_median(rates)
+    nbytes = sum(t.nbytes for b in record.batches for t in b.times)
+    loaded = sum(b.size for b in record.batches)
     ci = list(stats.median_ci(rates, confidence)) if rates else [None, None]
     stage_medians: dict[str, float | None] = {"sample": finite_median(_stage_values(meas, "total"))}
     if split:
@@ -430,7 +456,9 @@ def pass_row(record: PassRecord, split: bool, batch_size: int, confidence: float
         "cpu_util": record.usage.get("cpu_util"),
         "system_cpu_percent": record.system_cpu_percent,
         "io": record.usage.get("io"),
-        "bytes_read_by_dataset": sum(t.nbytes for b in record.batches for t in b.times),
+        "bytes_read_by_dataset": nbytes,
+        "bytes_per_sample": nbytes / loaded if loaded else None,
+        "distinct_samples": len(touched(record)),
         "wall_s": record.usage.get("wall_s"),
     }
     if record.workers == 0 and split and meas:

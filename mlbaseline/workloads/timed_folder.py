@@ -46,6 +46,7 @@ class SampleTimes:
     decode: float | None = None
     transform: float | None = None
     nbytes: int = 0
+    index: int = -1  # the dataset index: which file (and so which class) the sample was
 
 
 @dataclass
@@ -216,6 +217,7 @@ class TimedImageFolder(Dataset):
             decode=(t2 - t1) / 1e9,
             transform=(t3 - t2) / 1e9,
             nbytes=len(raw),
+            index=index,
         )
         return TimedSample((x, target), times)
 
@@ -236,7 +238,8 @@ class WholeSampleDataset(Dataset):
             item = self.inner[index]
         except Exception as exc:
             return FailedSample(index, None, "sample", _describe(exc))
-        return TimedSample(item, SampleTimes(total=(time.perf_counter_ns() - t0) / 1e9))
+        total = (time.perf_counter_ns() - t0) / 1e9
+        return TimedSample(item, SampleTimes(total=total, index=index))
 
 
 class TimedCollate:
@@ -255,18 +258,43 @@ class TimedCollate:
 
 
 class PassSampler:
-    """Sequential indices `0..n-1`, cycled until `length`, each paired with the pass's `cold`
-    flag. The DataLoader iterates the sampler in the main process at every epoch, so setting
-    `cold` between passes reaches persistent workers too."""
+    """The indices of one pass, each paired with the pass's `cold` flag: like a training
+    loop's sampler, a seeded random permutation of the whole dataset (a fresh permutation each
+    time it is used up, until `length`), or with `shuffle` off indices `0..n-1` in order. Every
+    iteration yields the same sequence, so the cold and the warm pass of a setting, and every
+    setting, read the same files. The DataLoader iterates the sampler in the main process at
+    every epoch, so setting `cold` between passes reaches persistent workers too."""
 
-    def __init__(self, n: int, length: int, cold: bool = False) -> None:
+    def __init__(
+        self, n: int, length: int, cold: bool = False, seed: int = 0, shuffle: bool = True
+    ) -> None:
         if n < 1:
             raise DatasetError("the dataset is empty")
         self.n, self.length, self.cold = n, length, cold
+        self.seed, self.shuffle = seed, shuffle
+
+    def indices(self) -> list[int]:
+        if not self.shuffle:
+            return [k % self.n for k in range(self.length)]
+        import torch
+
+        out: list[int] = []
+        generator = torch.Generator().manual_seed(self.seed)
+        while len(out) < self.length:
+            out += torch.randperm(self.n, generator=generator).tolist()
+        return out[: self.length]
+
+    def describe(self) -> str:
+        if not self.shuffle:
+            return "sequential (dataloader.shuffle: false), cycled when the dataset is smaller"
+        return (
+            f"seeded random permutation of all {self.n} samples (seed {self.seed}), a fresh "
+            "one each time it is used up; the same order in every pass"
+        )
 
     def __iter__(self) -> Iterator[tuple[int, bool]]:
         cold = self.cold
-        return ((k % self.n, cold) for k in range(self.length))
+        return ((k, cold) for k in self.indices())
 
     def __len__(self) -> int:
         return self.length
