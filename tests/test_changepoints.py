@@ -101,6 +101,22 @@ def test_the_result_is_deterministic_for_a_seed_and_independent_of_units():
     ]
 
 
+def test_a_noise_free_step_is_one_change_point_and_its_neighbours_are_not_outliers():
+    det = detect([5.0] * 20 + [6.0] * 20)
+    assert det.outliers == []
+    (cp,) = det.change_points
+    assert (cp.index, cp.status, cp.before, cp.after) == (20, "confirmed", 5.0, 6.0)
+    assert cp.ci_low == pytest.approx(0.2) and cp.ci_high == pytest.approx(0.2)
+
+
+def test_whole_millisecond_values_do_not_turn_every_difference_into_a_step():
+    # rounding makes most first differences 0, so their MAD is 0: the noise scale falls back
+    clean = sum(
+        not detect(np.round(noisy(seed, 60) / 3.0), seed=seed).change_points for seed in range(20)
+    )
+    assert clean >= 19
+
+
 def test_an_empty_series_gives_an_empty_detection():
     det = detect([])
     assert (det.change_points, det.outliers, det.n) == ([], [], 0)

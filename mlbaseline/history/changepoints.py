@@ -163,9 +163,11 @@ def _validate(
 def _noise_scale(z: np.ndarray) -> float:
     """Robust σ of the noise: MAD of first differences / √2 (steps and spikes barely move it)."""
     d = np.diff(z)
-    mad = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / math.sqrt(2.0)
-    # a series that is constant but for a few points has MAD 0; keep scores finite and huge
-    return mad if mad > 0 else 1e-9
+    sigma = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / math.sqrt(2.0)
+    if sigma == 0:  # quantised values (whole ms) repeat: most differences are 0, so is the MAD
+        sigma = float(np.std(d)) / math.sqrt(2.0)
+    # constant or an exact ramp: no noise at all; keep the scores finite
+    return sigma if sigma > 0 else 1e-9
 
 
 def _outliers(x: np.ndarray, z: np.ndarray, sigma: float, w: int) -> list[Outlier]:
@@ -177,7 +179,10 @@ def _outliers(x: np.ndarray, z: np.ndarray, sigma: float, w: int) -> list[Outlie
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows at the two ends
         left = np.nanmedian(win[:n], axis=1)  # z[i-w:i]
         right = np.nanmedian(win[w + 1 : w + 1 + n], axis=1)  # z[i+1:i+1+w]
-        score = np.nanmin(np.abs(np.c_[z - left, z - right]), axis=1) / sigma
+        dev = np.c_[z - left, z - right]
+        score = np.nanmin(np.abs(dev), axis=1) / sigma
+        # a spike is above (or below) both neighbourhoods; a point on a ramp or a step is between
+        score[np.nanmin(dev, axis=1) * np.nanmax(dev, axis=1) < 0] = 0.0
     score[-1] = 0.0  # the last point may start a new regime: the tail rule judges it
     return [
         Outlier(int(i), float(x[i]), float(score[i])) for i in np.flatnonzero(score > OUTLIER_SCORE)
