@@ -300,6 +300,7 @@ def _step_ci(
             ratio,
             vectorized=True,
             n_resamples=N_RESAMPLES,
+            batch=100,  # resamples per vectorised call: bounds memory on long segments
             confidence_level=confidence,
             method="percentile",
             rng=rng,
