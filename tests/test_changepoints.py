@@ -109,6 +109,11 @@ def test_a_noise_free_step_is_one_change_point_and_its_neighbours_are_not_outlie
     assert cp.ci_low == pytest.approx(0.2) and cp.ci_high == pytest.approx(0.2)
 
 
+def test_a_change_below_a_part_per_million_of_a_noise_free_series_is_not_a_change():
+    assert detect([5.0] * 20 + [5.000001] * 20).change_points == []
+    assert detect([5.0] * 20 + [5.0001] * 20).change_points != []
+
+
 def test_whole_millisecond_values_do_not_turn_every_difference_into_a_step():
     # rounding makes most first differences 0, so their MAD is 0: the noise scale falls back
     clean = sum(

@@ -40,6 +40,7 @@ from mlbaseline.errors import UsageError
 OUTLIER_SCORE = 5.0  # robust z of a one-run spike against both neighbourhoods
 SUSPECT_SCORE = 3.0  # robust z every point of an unfinished tail step must reach
 PENALTY = 5.0  # PELT penalty per change point, × σ² ln n on the normalised series (BIC-like)
+NOISE_FLOOR = 1e-6  # smallest noise scale, relative to the series' median
 N_RESAMPLES = 999  # bootstrap resamples for the CI of the step
 METHOD = (
     "ruptures KernelCPD(linear) PELT candidates; Mann-Whitney U per candidate with "
@@ -166,8 +167,9 @@ def _noise_scale(z: np.ndarray) -> float:
     sigma = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / math.sqrt(2.0)
     if sigma == 0:  # quantised values (whole ms) repeat: most differences are 0, so is the MAD
         sigma = float(np.std(d)) / math.sqrt(2.0)
-    # constant or an exact ramp: no noise at all; keep the scores finite
-    return sigma if sigma > 0 else 1e-9
+    # constant or an exact ramp has no noise at all: keep the scores finite, and take a part per
+    # million of the median as the resolution below which nothing is a change
+    return max(sigma, NOISE_FLOOR)
 
 
 def _outliers(x: np.ndarray, z: np.ndarray, sigma: float, w: int) -> list[Outlier]:
