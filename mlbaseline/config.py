@@ -163,6 +163,15 @@ class ThroughputConfig:
         "cores in a phase marks itself contaminated.",
         min=0,
     )
+    trace: bool = _f(
+        False,
+        "Profiler cross-check: after the measured steps, trace_steps more under torch.profiler "
+        "(a range per stage); a Chrome/Perfetto trace per batch size beside the result.",
+    )
+    trace_steps: int = _f(5, "Steps in the profiler window (--trace).", min=1)
+    trace_tolerance: float = _f(
+        0.10, "--trace: profiler and stage timer disagree beyond this fraction: a warning.", gt=0
+    )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from mlbaseline.runners.distributed import (
     torchrun_env,
 )
 
-ENV = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+ENV = {
+    "RANK": "3",
+    "WORLD_SIZE": "4",
+    "LOCAL_RANK": "1",
+    "GROUP_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+}
 
 
 def test_torchrun_env_read_from_the_five_variables():
@@ -51,6 +57,7 @@ def test_torchrun_env_with_garbage_is_bad_input():
     [
         ({"throughput.nproc": 2}, "throughput.nproc: 2 under torchrun"),
         ({"throughput.repeats": 2}, "throughput.repeats: fresh-process replicates"),
+        ({"throughput.trace": True}, "the profiler window is for one process, not torchrun"),
     ],
 )
 def test_no_second_launcher_under_torchrun(over, message):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import typer
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
@@ -16,6 +17,7 @@ from mlbaseline.cli.common import (
     OptInt,
     OptStr,
     Ui,
+    check_output,
     command,
     execute,
     opt,
@@ -105,8 +107,31 @@ def _fmt_bytes(n: Any, kind: Any) -> str:
     return str(n)
 
 
+def trace_table(result: Result) -> Table | None:
+    """--trace: per batch size and stage, mlb's time against the profiler's over the window."""
+    table = Table(title="profiler cross-check (--trace), ms over the window", title_justify="left")
+    for col in ("bs", "stage", "mlb", "profiler", "diff %", "agree"):
+        table.add_column(col, justify="left" if col in ("stage", "agree") else "right")
+    for key, part, info in _parts(result):
+        trace = info.get("trace") if part == "train" else None
+        for stage, row in (trace or {}).get("stages", {}).items():
+            diff = row.get("difference")
+            table.add_row(
+                key,
+                STAGE_ABBREV.get(stage, stage),
+                f"{row['mlb_s'] * 1e3:.3f}",
+                f"{row['profiler_s'] * 1e3:.3f}",
+                f"{diff * 100:+.1f}" if diff is not None else "-",
+                "yes" if row["agree"] else "[yellow]NO[/yellow]",
+            )
+    return table if table.row_count else None
+
+
 def print_summary(ui: Ui, result: Result) -> None:
     ui.print(summary_table(result))
+    trace = trace_table(result)
+    if trace is not None:
+        ui.print(trace)
     tele = result.data.get("telemetry")
     if tele:
         o = tele["overhead"]
@@ -136,6 +161,17 @@ class ThroughputOptions:
     ] = None
     device: Annotated[OptStr, opt("--device", "auto, cpu, cuda or cuda:N.")] = None
     model: Annotated[OptStr, opt("--model", "Model override, e.g. torchvision:resnet50.")] = None
+    trace: Annotated[
+        bool,
+        typer.Option(
+            "--trace",
+            help="Profiler cross-check: K more steps under torch.profiler after the measured "
+            "ones; NAME.trace.bsB.json (Chrome/Perfetto) beside the result.",
+        ),
+    ] = False
+    trace_steps: Annotated[
+        OptInt, opt("--trace-steps", "Steps in the --trace window (K).", min=1)
+    ] = None
 
 
 @command("throughput", data=DATA_HELP)
@@ -163,6 +199,8 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
         "throughput.min_time_s": o.min_time,
         "workload.device": o.device,
         "workload.model": o.model,
+        "throughput.trace": True if o.trace else None,
+        "throughput.trace_steps": o.trace_steps,
         **_data_overrides(common.data),
     }
     output = common.output
@@ -185,8 +223,15 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
             probe.close()
         return result if rank0 else None
 
+    def prepare(cfg: Config) -> None:
+        from mlbaseline.measure.trace import trace_names
+
+        if output is not None:  # the trace files beside the result: no overwrite either
+            for trace_file in trace_names(cfg, name):
+                check_output(output.parent / trace_file, common.force)
+
     render = lambda result, ui: print_summary(ui, result)  # noqa: E731
-    execute(common, measure, overrides, outputs=outputs, render=render)
+    execute(common, measure, overrides, prepare=prepare, outputs=outputs, render=render)
 
 
 def _data_overrides(data: Path | None) -> dict[str, Any]:

@@ -544,6 +544,8 @@ def check_torchrun(cfg: Config, launch: TorchrunEnv | None) -> None:
         )
     if cfg.throughput.repeats > 1:
         raise UsageError("throughput.repeats: fresh-process replicates cannot run under torchrun")
+    if cfg.throughput.trace:
+        raise UsageError("throughput.trace: the profiler window is for one process, not torchrun")
 
 
 def record_layout(result: Any, nnodes: int, nproc_per_node: int, hostnames: list[str]) -> None:

@@ -96,8 +96,10 @@ def train_one_size(
     parallel: Parallel | None = None,
     clock: Clock | None = None,
     on_step: Callable[[int, bool], None] | None = None,
+    tracer: Callable[[TrainStep], None] | None = None,
 ) -> TrainRun:
-    """Build the workload fresh (same seeds for every size), then run the measurement loop."""
+    """Build the workload fresh (same seeds for every size), then run the measurement loop;
+    `tracer` (--trace) then runs its profiler window on the same step, after the measurement."""
     par = parallel or SingleProcess()
     step, batches = build_step(cfg, spec, batch_size, device, par, clock)
     meter = make_memory_meter(device)
@@ -124,6 +126,8 @@ def train_one_size(
         )
         peak = meter.peak_bytes()
         epochs = batches.epochs
+        if tracer is not None and loop.stop_reason != "interrupted":
+            tracer(step)  # K extra steps: never in the samples, the memory peak or the epochs
     finally:
         # drop every reference to the loader's iterator: its workers stop now, not at some
         # later garbage collection while the next batch size is being measured
@@ -321,6 +325,7 @@ class SweepState:
     progress: Progress
     clock: Clock
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    trace: Any = None  # measure.trace.TraceSession under --trace
 
     def entry(self, batch_size: int) -> dict[str, Any]:
         key = str(batch_size)

@@ -47,6 +47,7 @@ from mlbaseline.measure.pooling import pool_replicates
 from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, free_memory
 from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.measure.timers import make_timer
+from mlbaseline.measure.trace import trace_session
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Result, result_from_dict
 from mlbaseline.runners.sweep import (
@@ -111,11 +112,14 @@ def _train_local(run: SweepState, batch_size: int, watch: _Watch | None = None) 
             batch_size,
             "train",
             lambda: train_one_size(
-                run.cfg, run.spec, batch_size, run.device, None, run.clock, on_step
+                run.cfg, run.spec, batch_size, run.device, None, run.clock, on_step,
+                tracer=run.trace.tracer(batch_size) if run.trace else None,
             ),
-        )
+        )  # fmt: skip
     if tr is not None:
         run.add_train(tr)
+        if run.trace is not None:  # --trace: the profiler's time per stage against mlb's
+            run.trace.finish(run.result, batch_size, tr.stages)
         if tr.loop.stop_reason == "interrupted":
             raise KeyboardInterrupt
 
@@ -401,6 +405,7 @@ def _run_once(
     run = SweepState(cfg, device, result, spec, progress, clock or PerfClock())
     watch = _Watch.of(cfg, run.clock)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
+    run.trace = trace_session(cfg, device, tele, output_dir, telemetry_name)
     train = t.mode in ("train", "both")
     infer = t.mode in ("inference", "both")
     try:
