@@ -1,9 +1,10 @@
 """Build the configured workload: model, dataset (+ collate), transform, loss, optimizer.
 
 User factories (`pkg.module:callable`) are found on `workload.import_paths` and the cwd
-(`workloads.imports`). A model or dataset factory is given `num_classes` and `image_size` when
-its signature names them, a dataset factory also the transform; a field that would have no
-effect on the configured workload is an error, never silently ignored.
+(`workloads.imports`). A model, dataset or transform factory is given `num_classes` and
+`image_size` when its signature names them (and its `*_kwargs` do not), a dataset factory also
+the transform; a field that would have no effect on the configured workload is an error, never
+silently ignored.
 """
 
 from __future__ import annotations
@@ -135,10 +136,10 @@ def default_transform(image_size: int) -> Callable[[Any], torch.Tensor]:
     return transforms.Compose([transforms.Resize((image_size, image_size)), transforms.ToTensor()])
 
 
-def _is_transform_itself(fn: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
-    """A plain function that needs one positional argument (the sample) and is given no
-    transform_kwargs is the transform; a class, or a function callable with the kwargs, is a
-    factory that returns one."""
+def _is_transform_itself(fn: Callable[..., Any], kwargs: dict[str, Any], w: WorkloadConfig) -> bool:
+    """A plain function that needs exactly one positional argument (the sample) and is given
+    no transform_kwargs is the transform; a class, or a function callable with the keywords
+    it is offered (`image_size`, …), is a factory that returns one."""
     if inspect.isclass(fn) or kwargs:
         return False
     try:
@@ -146,11 +147,11 @@ def _is_transform_itself(fn: Callable[..., Any], kwargs: dict[str, Any]) -> bool
     except (TypeError, ValueError):
         return False
     try:
-        sig.bind()
+        sig.bind(**accepted(fn, _shape(w)))
     except TypeError:
         pass
     else:
-        return False  # callable without arguments: a factory
+        return False  # callable as a factory
     try:
         sig.bind(object())
     except TypeError:
@@ -165,9 +166,11 @@ def build_transform(w: WorkloadConfig) -> Callable[[Any], Any]:
         return default_transform(w.image_size)
     kwargs = dict(w.transform_kwargs)
     fn = resolve_callable(w.transform, "workload.transform", w.import_paths)
-    if _is_transform_itself(fn, kwargs):
+    if _is_transform_itself(fn, kwargs, w):
         return fn
-    out = call_factory(w.transform, kwargs, "workload.transform", import_paths=w.import_paths)
+    out = call_factory(
+        w.transform, kwargs, "workload.transform", offered=_shape(w), import_paths=w.import_paths
+    )
     if not callable(out):
         raise FactoryError(
             f"workload.transform: '{w.transform}' returned {type(out).__name__}, not a callable "
