@@ -122,6 +122,21 @@ def test_cv_signal_advice_passes_its_own_gate(cv):
         assert sps.t.ppf(0.975, k - 2) * cv / np.sqrt(k - 1) > signals.CV_LIMIT
 
 
+def accounted(foreign_cores: float) -> Result:
+    """A throughput result whose CPU account (fake readers) saw this much foreign load."""
+    from mlbaseline.measure.clock import ManualClock
+    from mlbaseline.measure.contamination import CpuAccount, record
+
+    clock = ManualClock()
+    busy = lambda: clock.now_ns() / 1e9 * (1 + foreign_cores)  # noqa: E731
+    acc = CpuAccount(0.25, clock, busy, lambda: clock.now_ns() / 1e9, lambda: (1.0,) * 3)
+    with acc.phase("train.bs16"):
+        clock.advance(3.0)
+    r = train_result()
+    record(r, acc)
+    return r
+
+
 def latency_result(values: np.ndarray) -> Result:
     r = Result(kind="latency", environment=ENV, config={"latency": {"sla_p99_s": 0.15}})
     n = values.size
@@ -190,6 +205,10 @@ SIGNAL_CASES: dict[str, tuple[Case, Case]] = {
     "percentile_floor": (
         lambda: ([latency_result(np.full(100, 0.01) + 1e-4 * np.arange(100))], None),
         lambda: ([latency_result(np.full(700, 0.01) + 1e-6 * np.arange(700))], None),
+    ),
+    "contaminated": (
+        lambda: ([accounted(0.9)], None),
+        lambda: ([accounted(0.05)], None),
     ),
 }
 

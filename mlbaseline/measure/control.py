@@ -51,6 +51,7 @@ class ControlKernel:
     reps: int = REPS
     samples: list[float] = field(default_factory=list)
     threads: list[int] = field(default_factory=list)
+    measured: int = 0  # measured steps seen by on_step
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -70,7 +71,10 @@ class ControlKernel:
 
     def on_step(self, n: int, measuring: bool) -> None:
         """The loop's step callback: one sample after every `every`-th measured step."""
-        if measuring and n % self.every == 0:
+        if not measuring:
+            return
+        self.measured += 1
+        if self.measured % self.every == 0:
             self.sample()
 
     def meta(self) -> dict[str, Any]:

@@ -81,6 +81,7 @@ _SIGNAL_UNITS = {
     "thermal": lambda v: f"{num(v)} °C",
     "gpu_sawtooth": lambda v: f"{v:.0f} dips",
     "percentile_floor": lambda v: f"{v:.0f} samples",
+    "contaminated": lambda v: f"{v:.2f} cores",
 }
 _SIGNAL_COMPARATORS = {
     "data_wait": "≥",
@@ -92,6 +93,7 @@ _SIGNAL_COMPARATORS = {
     "cpu_saturated": "≥",
     "residual": "> ±",
     "percentile_floor": "<",
+    "contaminated": ">",
 }
 
 

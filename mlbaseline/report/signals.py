@@ -33,6 +33,13 @@ Definitions (thresholds are the module constants below):
 - ``residual``: |sum(residual)/sum(total)| > 5%: the stage decomposition misses time.
 - ``percentile_floor``: a latency distribution has fewer samples than a reported percentile
   needs (p90/p95/p99: 64/130/662, from `stats.PERCENTILE_FLOORS`).
+- ``contaminated``: in some phase of a run, other programs used more CPU than
+  `throughput.contamination_cores` (foreign cores = Δ busy CPU − Δ mlb's own process tree, per
+  wall second; `measure.contamination`): the run marked itself contaminated.
+
+The ``cv`` message also states, where the result has fresh-process replicates, the minimum
+detectable effect of a comparison of two such results (`data["noise"]`, `stats.noise`) and
+how much of the noise lies between processes.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ SIGNAL_TITLES: dict[str, str] = {
     "cpu_saturated": "CPUs saturated",
     "residual": "Decomposition incomplete: residual above 5%",
     "percentile_floor": "Too few samples for the reported percentiles",
+    "contaminated": "Machine busy: other programs' CPU use above the limit",
 }
 
 
@@ -175,11 +183,12 @@ def replicates_for(cv: float, limit: float = CV_LIMIT) -> int:
 
 def cv_signals(results: Sequence[Result]) -> list[Signal]:
     out = []
+    noise = {k: v for r in results for k, v in (r.data.get("noise") or {}).items()}
     for _subject, metric in _cv_subjects(results):
         reps = replicate_medians(metric)
         values = [v for v in metric.values if np.isfinite(v)]
         if len(reps) >= 2:
-            out.append(_replicate_cv_signal(metric.name, reps))
+            out.append(_replicate_cv_signal(metric.name, reps, noise.get(metric.name)))
         elif len(values) >= 2:
             cv = stats.summarize(values).cv
             why = (
@@ -191,10 +200,15 @@ def cv_signals(results: Sequence[Result]) -> list[Signal]:
     return out or [_not_measured("cv", "no throughput samples", CV_LIMIT)]
 
 
-def _replicate_cv_signal(name: str, reps: Sequence[float]) -> Signal:
+def _replicate_cv_signal(name: str, reps: Sequence[float], noise: Any = None) -> Signal:
     cv = stats.summarize(reps).cv
     half = stats.relative_t_half_width(cv, len(reps))
     msg = f"{name}: median ±{half:.1%} (95% CI) over {len(reps)} replicate medians (CV {cv:.1%})"
+    if isinstance(noise, dict) and noise.get("mde") is not None:
+        msg += (
+            f"; {noise['between_share']:.0%} of the variance between processes; a compare of "
+            f"two such runs cannot see changes below {noise['mde']:.1%} (MDE)"
+        )
     fired = half > CV_LIMIT
     if fired:
         msg += (
@@ -408,6 +422,25 @@ def cpu_signals(telemetry: Telemetry | None) -> list[Signal]:
     return [Signal("cpu_saturated", fired, frac, CPU_BUSY_SAMPLE_FRACTION, msg, "cpu")]
 
 
+def contamination_signals(results: Sequence[Result]) -> list[Signal]:
+    """One per result that recorded its CPU account (`data["contamination"]`)."""
+    out = []
+    for r in results:
+        info = r.data.get("contamination") if isinstance(r.data, dict) else None
+        if not isinstance(info, dict) or info.get("max_foreign_cores") is None:
+            continue
+        value, limit = float(info["max_foreign_cores"]), float(info["threshold_cores"])
+        fired = bool(info.get("contaminated"))
+        msg = (
+            f"{r.kind}: other programs used up to {value:.2f} cores "
+            f"(in {info.get('worst_phase')}) over {len(info.get('phases') or [])} phases"
+        )
+        if fired:
+            msg += " — the figures include their load; rerun on a quiet machine or use `mlb ab`"
+        out.append(Signal("contaminated", fired, value, limit, msg, r.kind))
+    return out or [_not_measured("contaminated", "no CPU account in the results")]
+
+
 def compute_signals(results: Sequence[Result], telemetry: Telemetry | None = None) -> list[Signal]:
     """Every danger signal, in report order; absent inputs give "not measured" entries."""
     return [
@@ -419,6 +452,7 @@ def compute_signals(results: Sequence[Result], telemetry: Telemetry | None = Non
         *cpu_signals(telemetry),
         *residual_signals(results),
         *percentile_floor_signals(results),
+        *contamination_signals(results),
     ]
 
 
