@@ -203,6 +203,20 @@ def test_gradient_accumulation_sums_the_data_waits_of_one_step():
     assert rec[0].times.stages["forward"] == pytest.approx(0.008)
 
 
+def test_per_step_groups_micro_batches_into_one_step_without_a_step_block():
+    clock = ManualClock()
+    bl = baseline(clock)
+    for _epoch in range(2):  # 7 batches an epoch: 3 whole steps, the 7th batch's is dropped
+        for _b in bl.data(range(7), per_step=2):
+            with bl.stage("forward"):
+                clock.advance(0.002)
+    rec = bl.loop.records
+    assert len(rec) == 6 and len(bl.loop.starts) == 6
+    assert all(r.times.stages["forward"] == pytest.approx(0.004) for r in rec)
+    with pytest.raises(UsageError, match="per_step"):
+        next(bl.data(range(3), per_step=0))
+
+
 def test_without_a_step_block_a_step_runs_from_one_next_to_the_next():
     clock = ManualClock()
     bl = baseline(clock)

@@ -1,14 +1,16 @@
 """`Baseline`: one batch size of the user's own training loop, measured by `mlb`'s core.
 
-A step is `with bl.step():`, or begins at a `next()` of `bl.data(loader)` (the data wait is
-its first stage) and ends when the `with bl.step():` block after it closes; without a step
-block, a step ends at the next `next()`. Inside a step every `with bl.stage(name):` block is
-timed by the CLI's stage timer (`measure.timers`: CPU clock, or CUDA events synchronized at
-the step's edges), and the step goes to the CLI's `StepLoop` (`measure.loop`), which detects
-the warm-up and applies the stop rule: `bl.done` says the rule is met. Stages that appear in
-one step and not in another count 0 there; the residual (step − stages) is reported, as in
-`mlb throughput`. `save()` writes a `throughput` result (`train.bs{B}.*`, the same checks),
-so `mlb compare`, `mlb report` and the history read it like any other.
+A step is `with bl.step():` (or `bl.begin_step()` … `bl.end_step()`), or begins at a `next()`
+of `bl.data(loader)` (the data wait is its first stage) and ends when the `with bl.step():`
+block after it closes; without a step block, a step ends at the `next()` after it
+(`bl.data(loader, per_step=N)`: after N batches, for gradient accumulation). Inside a step
+every `with bl.stage(name):` block is timed by the CLI's stage timer (`measure.timers`: CPU
+clock, or CUDA events synchronized at the step's edges), and the step goes to the CLI's
+`StepLoop` (`measure.loop`), which detects the warm-up and applies the stop rule: `bl.done`
+says the rule is met. A stage missing from a step counts 0 there; the residual (step −
+stages) is reported, as in `mlb throughput`. `save()` writes a `throughput` result
+(`train.bs{B}.*`, the same checks), so `mlb compare`, `mlb report` and the history read it
+like any other.
 
 Under torch.distributed (an initialized process group), every rank measures, rank 0's
 warm-up and stop decisions are broadcast each step (`runners.distributed`'s `agree`, so all
@@ -183,31 +185,37 @@ class Baseline:
         self._stages[name] = None
         return self.timer.stage(name)
 
-    def data(self, iterable: Iterable[B]) -> Iterator[B]:
-        """Iterate `iterable`, timing each `next()` as the stage `data_wait`: it begins a step
-        when none is open, and inside `with bl.step():` (gradient accumulation) it adds to it."""
+    def data(self, iterable: Iterable[B], per_step: int = 1) -> Iterator[B]:
+        """Iterate `iterable`, timing each `next()` as the stage `data_wait`. Outside a step
+        block a `next()` begins a step, which ends at the `next()` after `per_step` items
+        (gradient accumulation: `per_step` micro-batches per optimizer step) unless a
+        `with bl.step():` block ends it first; inside a step block it adds to that step. An
+        epoch's end drops a step it leaves unfinished."""
+        if per_step < 1:
+            raise UsageError(f"bl.data(per_step={per_step}): must be >= 1")
         it = iter(iterable)
+        drawn = 0  # items drawn in the current step begun here
         while True:
             if self.done:
                 yield from it  # measured: the loop goes on untimed
                 return
-            if self._state == _AUTO:  # no step block since the last next(): that was a step
+            if self._state == _AUTO and drawn >= per_step:  # that was one whole step
                 self._end(None)
                 continue  # the stop rule may have just been met
-            began = self._state == _NO_STEP
-            if began:
+            if self._state == _NO_STEP:
                 self._begin()
-                self._state = _AUTO
+                self._state, drawn = _AUTO, 0
             try:
                 with self.stage("data_wait"):
                     item = next(it)
             except StopIteration:
-                if began:
+                if self._state == _AUTO:
                     self._drop()
                 return
             except KeyboardInterrupt:
                 self._stop_early("interrupted")
                 raise
+            drawn += 1
             yield item
 
     # ------------------------------------------------------------ step edges
