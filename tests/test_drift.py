@@ -128,8 +128,9 @@ def test_uniform_mid_run_slowdown_is_machine_drift_not_a_regression():
     step = next(m for m in c.metrics if m.name == "train.bs4.step")
     assert step.raw["ratio"] == pytest.approx(1.5, rel=0.03) and step.raw["verdict"] == "regressed"
     assert step.stat.ratio == pytest.approx(1.0, abs=0.02)
-    codes = {w["code"] for w in c.warnings}
-    assert {"common_mode_drift", "contaminated_input"} <= codes
+    codes = {w["code"]: w["message"] for w in c.warnings}
+    assert {"common_mode_drift", "contaminated_input"} <= set(codes)
+    assert "train.bs4.step +4" in codes["common_mode_drift"]  # the raw delta, beside
     doc = c.to_dict()
     assert doc["drift"]["machine_drift"] and doc["metrics"][0]["drift_adjusted"]
 
@@ -142,7 +143,8 @@ def test_one_slower_stage_is_flagged_alone():
     stages = {s: v[s] for s in TRAIN_STAGES}
     assert [s for s, x in stages.items() if x == "regressed"] == ["backward"]
     assert not c.drift["machine_drift"] and not c.drift["signatures"]
-    assert c.drift["control"]["verdict"] == "unchanged" and not c.drift["control"]["moved"]
+    assert c.drift["control"]["verdict"] == "unchanged" and not c.drift["adjusted"]
+    assert all(m.raw is None for m in c.metrics)
     assert c.attribution[0].named == ["backward"]
     assert c.failing()
 

@@ -152,7 +152,7 @@ def _drift(
         "control": shift.to_dict() if shift else None,
         "adjusted": bool(shift and shift.applied),
         "signatures": [s.to_dict() for s in sigs],
-        "machine_drift": bool(sigs) or bool(shift and shift.applied and shift.moved),
+        "machine_drift": bool(sigs) or bool(shift and shift.applied),
         "method": drift.__doc__.split("\n\n", 1)[1].strip() if drift.__doc__ else "",
     }
     return out, record
@@ -332,9 +332,12 @@ def _drift_warnings(comp: Comparison, old: Result, new: Result) -> list[dict[str
     """Common-mode drift (the control moved too), the drift signature, contaminated inputs."""
     out: list[dict[str, Any]] = []
     control = comp.drift.get("control")
-    if control and control["moved"] and control["applied"]:
-        out.append({"code": "common_mode_drift", "message": control["reason"] + "; raw deltas "
-                    "are kept beside each metric", "ratio": control["ratio"]})  # fmt: skip
+    if control and control["applied"]:
+        raw = [f"{m.name} {m.raw['change']:+.1%} → {m.stat.change:+.1%}" for m in comp.metrics
+               if m.raw is not None and m.meta.get("role") == "total"]  # fmt: skip
+        out.append({"code": "common_mode_drift", "message": control["reason"]
+                    + (f" (raw → adjusted: {'; '.join(raw)})" if raw else ""),
+                    "ratio": control["ratio"]})  # fmt: skip
     for sig in comp.drift.get("signatures", []):
         out.append({"code": "machine_drift", "message": sig["message"], "group": sig["group"],
                     "factor": sig["factor"]})  # fmt: skip
