@@ -114,6 +114,7 @@ def train_one_size(
     try:
         if cfg.workload.compile != "off":
             # the compiling first step is timed on its own: neither warm-up nor measured
+            _quiet_cpp_extension_log()  # inductor imports cpp_extension too
             compile_s = first_call(step, clock or PerfClock())
         meter.reset()
         loop = run_steps(
