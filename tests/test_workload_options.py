@@ -369,3 +369,18 @@ def test_a_result_that_predates_the_options_compares_as_their_defaults():
 def test_bad_option_values_are_config_errors(key: str, value: Any, needle: str):
     with pytest.raises(ConfigError, match=needle):
         cfg(**{key: value})
+
+
+@pytest.mark.slow
+def test_grad_accum_under_two_gloo_processes_in_both_sync_modes():
+    """Explicit all-reduce once per optimizer step, and DDP without sync on all but the last
+    micro-batch: both modes run, each step counting 2 micro-batches on each of 2 ranks."""
+    c = cfg(**{"workload.grad_accum": 2, "throughput.nproc": 2, "golden.subset_size": 64})
+    r = run_throughput(c, probe=NullProbe())
+    assert r.status == "complete", r.notes
+    entry = r.data["batch_sizes"]["4"]
+    for part, prefix in (("train", "train.bs4"), ("train_ddp", "train.bs4.ddp")):
+        assert entry[part]["grad_accum"] == 2, part
+        step = r.measurements[f"{prefix}.step"].values
+        rate = r.measurements[f"{prefix}.samples_per_s"].values
+        assert rate == pytest.approx([2 * 2 * 4 / s for s in step])
