@@ -1,0 +1,152 @@
+"""The history store on a real PostgreSQL server, started by the suite itself.
+
+pytest-postgresql's executor runs initdb / pg_ctl on a temporary folder and a free loopback
+port (through tests/pg/pg_ctl_unprivileged.py, which drops root to the `postgres`
+user). Where no server can be started the tests skip and say why; with MLB_REQUIRE_PG=1
+(.ci/run sets it) that skip is a failure instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import port_for
+import pytest
+import sqlalchemy as sa
+from history_fakes import stamp, synthetic, write
+from pytest_postgresql.executors import PostgreSQLExecutor
+from test_history_store import _record
+
+from mlbaseline.history.store import StoreError, open_store
+
+PG_CTL = Path(__file__).parent / "pg" / "pg_ctl_unprivileged.py"
+REQUIRED = os.environ.get("MLB_REQUIRE_PG") == "1"
+_names = itertools.count()
+
+
+def _unavailable(why: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"MLB_REQUIRE_PG=1, but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """'postgresql://user@host:port' of the suite's own server: pytest-postgresql's
+    executor (the one its `postgresql_proc` fixture wraps) on a folder of its own under /tmp —
+    not under pytest's basetemp, whose root every pytest session resets to mode 0700, which
+    would cut the unprivileged server off from its data while a parallel session starts."""
+    base = Path(tempfile.mkdtemp(prefix="mlb-pg-"))
+    executor = PostgreSQLExecutor(
+        executable=str(PG_CTL),
+        host="127.0.0.1",
+        port=port_for.select_random(),
+        datadir=str(base / "data"),
+        unixsocketdir=str(base),
+        logfile=str(base / "postgresql.log"),
+        startparams="-w",
+        dbname="postgres",
+        timeout=60,
+    )
+    try:
+        executor.start()
+    except Exception as exc:  # no binaries, no postgres user, port trouble: say which
+        shutil.rmtree(base, ignore_errors=True)
+        _unavailable(f"no PostgreSQL server could be started ({type(exc).__name__}: {exc})")
+    try:
+        yield f"postgresql://{executor.user}@127.0.0.1:{executor.port}"
+    finally:
+        executor.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty database on the suite's server for one test."""
+    name = f"mlb_history_{os.getpid()}_{next(_names)}"
+    admin = sa.create_engine(
+        f"{pg_server.replace('postgresql://', 'postgresql+psycopg://')}/postgres",
+        isolation_level="AUTOCOMMIT",
+    )
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))  # a name made here, not input
+    try:
+        yield f"{pg_server}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_the_same_store_on_postgresql(pg_url):
+    store = open_store(pg_url)
+    assert store.dialect == "postgresql" and store.version() == 2
+    rid, new = store.add(_record(0))
+    assert new and store.add(_record(0)) == (rid, False)
+    entry = store.get(rid)
+    assert entry is not None and entry.metrics["train.bs64.step"].n == 30
+    assert store.document(rid) == _record(0).body
+    assert store.remove(rid) and store.count() == 0
+    store.close()
+
+
+def test_postgresql_newer_schema_and_foreign_database_are_refused(pg_url):
+    store = open_store(pg_url)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO mlb_schema VALUES (99, 'future', 'x')"))
+    with pytest.raises(StoreError, match="newer than this mlb"):
+        open_store(pg_url)
+    with store.engine.begin() as conn:
+        for table in ("documents", "metrics", "results", "mlb_schema"):
+            conn.execute(sa.text(f"DROP TABLE {table}"))
+        conn.execute(sa.text("CREATE TABLE invoices (id integer)"))
+    store.close()
+    with pytest.raises(StoreError, match="not an mlb history store"):
+        open_store(pg_url)
+
+
+def _writer(url: str, worker: int, n: int) -> None:
+    store = open_store(url)
+    for i in range(n):
+        store.add(_record(i, worker))
+    store.close()
+
+
+def test_eight_writers_on_postgresql_lose_nothing(pg_url):
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(pg_url, w, 50)) for w in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * 8  # the schema race included
+    store = open_store(pg_url, create=False)
+    assert store.count() == 400
+    store.close()
+
+
+def test_cli_gate_and_check_on_a_team_store(pg_url, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from mlbaseline.cli import app
+
+    monkeypatch.setenv("MLB_HISTORY", pg_url)
+    monkeypatch.setenv("MLB_GIT_BRANCH", "main")
+    files = [write(synthetic(i, created_at=stamp(i)), tmp_path / f"{i}.json") for i in range(6)]
+    slow = write(synthetic(9, slower={"backward": 1.2}, created_at=stamp(9)), tmp_path / "s.json")
+    run = CliRunner().invoke
+    assert run(app, ["history", "add", *map(str, files)]).exit_code == 0
+    res = run(app, ["history", "gate", str(slow), "--set", "compare.n_resamples=500"])
+    assert res.exit_code == 1, res.output
+    assert run(app, ["history", "add", str(slow)]).exit_code == 0
+    res = run(app, ["history", "check", "--json", "--metric", "train.bs64.backward"])
+    assert res.exit_code == 0
+    (series,) = json.loads(res.stdout)["series"]
+    assert series["n"] == 7 and series["metric"] == "train.bs64.backward"
