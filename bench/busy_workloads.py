@@ -185,3 +185,48 @@ class BusyService:
 
     def close(self) -> None:
         pass
+
+
+# ---------------------------------------------------------------- a real step with a known slowdown
+
+
+class SpinCnn(nn.Module):
+    """A small real conv net (3×32×32 inputs) whose backward also spins `backward_s`: the `ab`
+    section's workload. Real compute carries the machine's noise; the spin is the known change."""
+
+    def __init__(self, num_classes: int = 10, backward_s: float = 0.0) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+        )
+        self.head = nn.Linear(32 * 16, num_classes)
+        self.backward_s = backward_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.features(x)
+        if self.backward_s and torch.is_grad_enabled():
+            h = _SpinInBackward.apply(h, self.backward_s)
+        return self.head(h)
+
+
+def spin_cnn_overrides(backward_s: float = 0.0) -> dict[str, Any]:
+    """Config overrides for the `ab` section: SpinCnn on synthetic 32 px images, batch 16."""
+    return {
+        "workload.model": "busy_workloads:SpinCnn",
+        "workload.model_kwargs": {"num_classes": 10, "backward_s": backward_s},
+        "workload.image_size": 32,
+        "workload.num_classes": 10,
+        "workload.device": "cpu",
+        "workload.threads": 1,
+        "throughput.mode": "train",
+        "throughput.batch_sizes": [16],
+        "throughput.telemetry": False,
+        "throughput.min_time_s": 1.0,
+        "throughput.max_time_s": 4.0,
+    }

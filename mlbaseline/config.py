@@ -149,7 +149,20 @@ class ThroughputConfig:
     sync_mode: str = _f(
         "both", "Gradient sync timing in multi-process runs.", choices=("allreduce", "ddp", "both")
     )
-    repeats: int = _f(1, "Fresh-process replicates.", min=1)
+    repeats: int | str = _f(
+        1,
+        "Fresh-process replicates: a number (1: this process only), or auto: at least 3, until "
+        "the median is known to repro_target, within replicates_budget_s.",
+        min=1,
+        choices=("auto",),
+    )
+    repro_target: float = _f(
+        0.015, "auto replicates: the 95% t half-width of the median to reach (fraction).", gt=0
+    )
+    replicates_budget_s: float = _f(
+        120.0, "auto replicates: no new replicate once it would end past this many seconds.", gt=0
+    )
+    max_repeats: int = _f(10, "auto replicates: at most this many.", min=1)
     telemetry: bool = _f(True, "Run the telemetry sampler while measuring.")
     control_every: int = _f(
         8,

@@ -93,6 +93,9 @@ def summary_table(result: Result) -> Group:
         if share:
             cells = [f"{share[s] * 100:.1f}" if s in share else "-" for s in stages]
             shares.add_row(key, label, *cells, f"{resid * 100:.1f}" if resid is not None else "-")
+            mde = _mde_cells(result, key, stages) if part == "train" else None
+            if mde:
+                shares.add_row(key, "MDE ±", *mde, "-")
     return Group(main, shares) if shares.row_count else Group(main)
 
 
@@ -127,8 +130,40 @@ def trace_table(result: Result) -> Table | None:
     return table if table.row_count else None
 
 
+def _mde_cells(result: Result, key: str, stages: list[str]) -> list[str] | None:
+    """A training group's MDE per stage, in percent (data["noise"], stats.noise): the smallest
+    change a compare of two runs like this one can see; None without replicates."""
+    noise = result.data.get("noise") or {}
+    if f"train.bs{key}.step" not in noise:
+        return None
+    rec = [noise.get(f"train.bs{key}.{s}") for s in stages]
+    return [f"{r['mde'] * 100:.0f}" if r else "-" for r in rec]
+
+
+def noise_lines(result: Result) -> list[str]:
+    """One line per training group with fresh-process replicates: what the MDE row means, how
+    many processes it rests on and the step's share of variance between processes."""
+    noise = result.data.get("noise") or {}
+    out = []
+    for key, part, _info in _parts(result):
+        step = noise.get(f"train.bs{key}.step") if part == "train" else None
+        if step is None:
+            continue
+        line = (
+            f"MDE bs{key}: changes below {step['mde']:.0%} of the step cannot be seen by a "
+            f"compare of two such runs ({step['processes']} processes; "
+            f"{step['between_share']:.0%} of its variance between them)"
+        )
+        if not step["holm_reachable"]:
+            line += f"; too few for Holm: --repeats {step['replicates_for_threshold']}"
+        out.append(line)
+    return out
+
+
 def print_summary(ui: Ui, result: Result) -> None:
     ui.print(summary_table(result))
+    for line in noise_lines(result):
+        ui.print(f"[dim]{escape(line)}[/dim]")
     trace = trace_table(result)
     if trace is not None:
         ui.print(trace)
@@ -155,7 +190,14 @@ class ThroughputOptions:
     nproc: Annotated[
         OptInt, opt("--nproc", "Processes (torch.distributed: gloo on CPU, NCCL on GPU).", min=1)
     ] = None
-    repeats: Annotated[OptInt, opt("--repeats", "Fresh-process replicates, pooled.", min=1)] = None
+    repeats: Annotated[
+        OptStr,
+        opt(
+            "--repeats",
+            "Fresh-process replicates, pooled: N (1: this process only) or auto (the default: "
+            "at least 3, until the median is known to ±1.5%, within 120 s).",
+        ),
+    ] = None
     min_time: Annotated[
         OptFloat, opt("--min-time", "Stop rule: measure at least this many seconds.", min=0)
     ] = None
@@ -172,6 +214,15 @@ class ThroughputOptions:
     trace_steps: Annotated[
         OptInt, opt("--trace-steps", "Steps in the --trace window (K).", min=1)
     ] = None
+
+
+def parse_repeats(text: str | None) -> int | str | None:
+    """--repeats: a positive integer or `auto`."""
+    if text is None or text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--repeats: '{text}' is not a positive integer or auto")
+    return int(text)
 
 
 @command("throughput", data=DATA_HELP)
@@ -195,7 +246,7 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
         "throughput.batch_sizes": parse_int_list(o.batch_sizes, "--batch-sizes"),
         "throughput.mode": o.mode,
         "throughput.nproc": o.nproc,
-        "throughput.repeats": o.repeats,
+        "throughput.repeats": parse_repeats(o.repeats),
         "throughput.min_time_s": o.min_time,
         "workload.device": o.device,
         "workload.model": o.model,

@@ -542,7 +542,7 @@ def check_torchrun(cfg: Config, launch: TorchrunEnv | None) -> None:
             f"{launch.world_size} processes; leave --nproc at 1 (torchrun's --nproc-per-node "
             "sets the processes)"
         )
-    if cfg.throughput.repeats > 1:
+    if cfg.throughput.repeats not in (1, "auto"):  # auto runs one process per rank here
         raise UsageError("throughput.repeats: fresh-process replicates cannot run under torchrun")
     if cfg.throughput.trace:
         raise UsageError("throughput.trace: the profiler window is for one process, not torchrun")

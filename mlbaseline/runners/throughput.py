@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ from mlbaseline.measure.timers import make_timer
 from mlbaseline.measure.trace import trace_session
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Result, result_from_dict
+from mlbaseline.runners.replicate_plan import Plan, decide, message, plan_for, total_medians
 from mlbaseline.runners.sweep import (
     SweepState,
     infer_one_size,
@@ -341,9 +343,13 @@ def run_throughput(
     own_probe = probe is None
     probe = probe or default_probe()
     try:
-        if cfg.throughput.repeats > 1:
+        n, _, single_why = plan_for(cfg.throughput, torchrun_env() is not None)
+        if n > 1:
             return run_replicates(cfg, progress, probe, output_dir, telemetry_name, sampler)
-        return _run_once(cfg, progress, probe, output_dir, clock, telemetry_name, sampler)
+        result = _run_once(cfg, progress, probe, output_dir, clock, telemetry_name, sampler)
+        if single_why:
+            result.data["replicate_plan"] = {"stop": "single", "reason": single_why}
+        return result
     finally:
         if own_probe:
             probe.close()
@@ -461,18 +467,41 @@ class ChildRun:
 
 
 def write_child_config(
-    cfg: Config, directory: Path, name: str = "config.yaml", **throughput: Any
+    cfg: Config,
+    directory: Path,
+    name: str = "config.yaml",
+    *,
+    changes_only: bool = False,
+    **throughput: Any,
 ) -> Path:
     """The config a child runs: `cfg` as one process (repeats 1, no telemetry: the parent's
     sampler, if any, watches), with `throughput` fields on top; written as YAML into
-    `directory`."""
+    `directory`. `changes_only`: only the profile's name and the fields where `cfg` differs
+    from that profile, so that another checkout (whose config may lack fields added since)
+    resolves it with its own profile and defaults filling the rest."""
     import yaml
 
-    child = cfg.to_dict()
-    child["throughput"] = {**child["throughput"], "repeats": 1, "telemetry": False, **throughput}
+    child = _changes_from_profile(cfg) if changes_only else cfg.to_dict()
+    child["throughput"] = {
+        **child.get("throughput", {}),
+        "repeats": 1,
+        "telemetry": False,
+        **throughput,
+    }
     path = directory / name
     path.write_text(yaml.safe_dump(child, sort_keys=False), encoding="utf-8")
     return path
+
+
+def _changes_from_profile(cfg: Config) -> dict[str, Any]:
+    from mlbaseline.config import deep_merge, flatten, nest, resolve
+
+    base = flatten(resolve(None, cfg.profile).to_dict())
+    out: dict[str, Any] = {"profile": cfg.profile}
+    for key, value in flatten(cfg.to_dict()).items():
+        if key != "profile" and (key not in base or base[key] != value):
+            out = deep_merge(out, nest(key, value))
+    return out
 
 
 def child_command(config_path: Path, prefix: Sequence[str] = CHILD_PREFIX) -> list[str]:
@@ -523,7 +552,8 @@ def run_replicates(
 ) -> Result:
     """`repeats` fresh processes (`python -m mlbaseline throughput --json`), pooled: every value
     keeps its replicate id. One telemetry sampler here watches all of them."""
-    n = cfg.throughput.repeats
+    n, plan, _ = plan_for(cfg.throughput)
+    walls: list[float] = []
     device, result = _prepare(cfg, probe)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
     account = CpuAccount(cfg.throughput.contamination_cores)  # children are our own tree
@@ -535,8 +565,10 @@ def run_replicates(
             progress.task(f"replicates (fresh processes, {device})", total=n) as task,
         ):
             for r in range(n):
+                start = time.perf_counter()
                 with account.phase(f"replicate {r}"):
                     run = run_child(child_command(config_path))
+                walls.append(time.perf_counter() - start)
                 doc = run.result
                 if doc is None:
                     if run.interrupted:
@@ -549,6 +581,8 @@ def run_replicates(
                 if run.interrupted or doc.status == "interrupted":
                     result.mark("interrupted", f"Ctrl-C during replicate {r}")
                     break
+                if plan is not None and _enough(result, plan, children, walls):
+                    break
     pool_replicates(result, children)
     # one account of the whole tree from here replaces each child's view of itself
     result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
@@ -559,11 +593,31 @@ def run_replicates(
     return result
 
 
+def _enough(result: Result, plan: Plan, children: list[Result], walls: list[float]) -> bool:
+    """`repeats: auto`: record the plan's decision after this replicate; True to stop."""
+    decision = decide(total_medians(children), walls, plan)
+    if decision.stop is None:
+        return False
+    text = message(decision, len(children), plan)
+    result.data["replicate_plan"] = {
+        **decision.to_dict(),
+        "replicates": len(children),
+        "target": plan.target,
+        "budget_s": plan.budget_s,
+        "walls_s": list(walls),
+        "message": text,
+    }
+    if decision.stop != "target":
+        result.warn("repro_target", text, needed=decision.needed)
+    return True
+
+
 def replicates_result(config: dict[str, Any], children: list[Result]) -> Result:
     """A throughput result pooled from fresh-process results run elsewhere (`mlb ab
-    --processes`: one per arm), described by the first child's environment and run data
-    (they ran in the children, not here); every value keeps its replicate id."""
-    result = Result(kind="throughput", config=config)
+    --processes`: one per arm), described by the first child's resolved config, environment
+    and run data (they ran in the children, not here; `config` stands in when there is no
+    child); every value keeps its replicate id."""
+    result = Result(kind="throughput", config=children[0].config if children else config)
     if children:
         result.environment = children[0].environment
         result.data = {k: v for k, v in children[0].data.items() if k != "batch_sizes"}

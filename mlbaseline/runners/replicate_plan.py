@@ -1,0 +1,146 @@
+"""How many fresh-process replicates a throughput baseline takes by default (issue 15, item 4).
+
+A single process cannot show between-process noise, and on a shared machine that noise is the
+larger part (bench `drift`). So `throughput.repeats: auto` (the default) runs replicates one
+after another and stops at the first of:
+- **target**: the Student-t half-width of the median across replicates (the same formula the
+  report's reproducibility signal judges, `stats.relative_t_half_width`) is within
+  `throughput.repro_target` for every training step metric, after at least `MIN_AUTO` replicates;
+- **budget**: one more replicate (at the mean wall time of those so far) would pass
+  `throughput.replicates_budget_s`;
+- **max**: `throughput.max_repeats` replicates.
+The decision and its figures go in the result (`data.replicate_plan`), with the replicate count a
+user would need for the target when the budget stopped it first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlbaseline import stats
+
+MIN_AUTO = 3  # two replicates give a t half-width with 1 degree of freedom: t = 12.7
+
+
+@dataclass(frozen=True)
+class Plan:
+    min_k: int
+    max_k: int
+    target: float
+    budget_s: float
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: str | None  # None: run another; else "target" | "budget" | "max"
+    half_width: float | None  # worst relative half-width over the judged metrics
+    worst: str | None  # the metric it belongs to
+    needed: int | None  # replicates the target needs at the measured spread
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stop": self.stop,
+            "half_width": self.half_width,
+            "worst_metric": self.worst,
+            "needed": self.needed,
+        }
+
+
+def plan_for(t: Any, under_torchrun: bool = False) -> tuple[int, Plan | None, str | None]:
+    """From a ThroughputConfig: (replicates to run at most, the auto plan or None for a fixed
+    count, why auto fell back to one process or None). Auto runs one process where replicates
+    cannot run: under torchrun (every rank is a process of one run) and with nproc > 1 (each
+    replicate would launch its own process group; ask for a number to do that)."""
+    if t.repeats != "auto":
+        return int(t.repeats), None, None
+    if under_torchrun:
+        return 1, None, "under torchrun every rank is one process of a single run"
+    if t.nproc > 1:
+        return 1, None, f"nproc {t.nproc}: set --repeats N for replicated process groups"
+    plan = Plan(MIN_AUTO, max(t.max_repeats, 1), t.repro_target, t.replicates_budget_s)
+    return plan.max_k, plan, None
+
+
+def total_medians(children: Sequence[Any]) -> dict[str, list[float]]:
+    """Per total metric (role `total`: a training step, an inference batch), the median of
+    each finished replicate."""
+    out: dict[str, list[float]] = {}
+    for child in children:
+        for name, m in child.measurements.items():
+            if m.meta.get("role") == "total" and m.values:
+                out.setdefault(name, []).append(float(np.median(m.values)))
+    return out
+
+
+def _cv(values: Sequence[float]) -> float:
+    x = np.asarray(values, dtype=np.float64)
+    return float(np.std(x, ddof=1) / np.mean(x)) if x.size > 1 and np.mean(x) > 0 else 0.0
+
+
+def worst_half_width(
+    medians: Mapping[str, Sequence[float]], confidence: float
+) -> tuple[float | None, str | None, float]:
+    """The largest relative t half-width over metrics with ≥ 2 replicate medians, its metric,
+    and that metric's CV across replicates."""
+    worst: tuple[float | None, str | None, float] = (None, None, 0.0)
+    for name, values in medians.items():
+        if len(values) < 2:
+            continue
+        cv = _cv(values)
+        hw = stats.relative_t_half_width(cv, len(values), confidence)
+        if worst[0] is None or hw > worst[0]:
+            worst = (hw, name, cv)
+    return worst
+
+
+def decide(
+    medians: Mapping[str, Sequence[float]], walls_s: Sequence[float], plan: Plan
+) -> Decision:
+    """After `len(walls_s)` replicates: stop, or run one more? `medians`: per judged metric,
+    the median of each finished replicate."""
+    k = len(walls_s)
+    hw, worst, cv = worst_half_width(medians, plan.confidence)
+    needed = (
+        stats.replicates_for_half_width(cv, plan.target, plan.confidence)
+        if hw is not None
+        else None
+    )
+    if k >= plan.min_k and hw is not None and hw <= plan.target:
+        return Decision("target", hw, worst, needed)
+    if k >= plan.max_k:
+        return Decision("max", hw, worst, needed)
+    mean_wall = float(np.mean(walls_s)) if k else 0.0
+    if k >= 1 and sum(walls_s) + mean_wall > plan.budget_s:
+        return Decision("budget", hw, worst, needed)
+    return Decision(None, hw, worst, needed)
+
+
+def message(decision: Decision, k: int, plan: Plan) -> str:
+    """One line for the result and the terminal."""
+    hw = "n/a" if decision.half_width is None else f"±{decision.half_width * 100:.1f}%"
+    if decision.stop == "target":
+        return f"{k} replicates: median known to {hw} (target ±{plan.target * 100:.1f}%)"
+    need = f"; the target needs ~{decision.needed}" if decision.needed else ""
+    why = {"budget": f"time budget {plan.budget_s:.0f} s", "max": f"max_repeats {plan.max_k}"}
+    reason = why.get(decision.stop or "", decision.stop or "")
+    return (
+        f"{k} replicates ({reason}): median known to {hw}, "
+        f"above the ±{plan.target * 100:.1f}% target{need}"
+    )
+
+
+__all__ = [
+    "MIN_AUTO",
+    "Decision",
+    "Plan",
+    "decide",
+    "message",
+    "plan_for",
+    "total_medians",
+    "worst_half_width",
+]

@@ -1,0 +1,70 @@
+"""The default replicate count (`throughput.repeats: auto`): stop at the target, the budget or
+the cap, and advise a count that passes the same gate."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlbaseline import stats
+from mlbaseline.runners.replicate_plan import MIN_AUTO, Plan, decide, message
+
+PLAN = Plan(min_k=MIN_AUTO, max_k=10, target=0.015, budget_s=100.0)
+
+
+def _medians(cv: float, k: int, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    x = 1.0 + cv * rng.standard_normal(k)
+    # rescale so the sample CV is exactly `cv`: the test then knows the half-width
+    x = 1.0 + (x - x.mean()) / x.std(ddof=1) * cv
+    return list(x)
+
+
+def test_stops_at_target_only_after_the_minimum() -> None:
+    quiet = {"train.bs16.step": _medians(0.001, 2)}
+    assert decide(quiet, [5.0, 5.0], PLAN).stop is None  # 2 < MIN_AUTO, however quiet
+    quiet = {"train.bs16.step": _medians(0.001, 3)}
+    d = decide(quiet, [5.0] * 3, PLAN)
+    assert d.stop == "target" and d.half_width is not None and d.half_width <= PLAN.target
+
+
+def test_runs_on_while_noisy_and_budget_left() -> None:
+    noisy = {"train.bs16.step": _medians(0.10, 3)}
+    d = decide(noisy, [5.0] * 3, PLAN)
+    assert d.stop is None and d.half_width is not None and d.half_width > PLAN.target
+
+
+def test_budget_stops_before_overrunning_it() -> None:
+    noisy = {"train.bs16.step": _medians(0.10, 3)}
+    # 3 × 30 s spent; a fourth at ~30 s would end at 120 s > 100 s
+    d = decide(noisy, [30.0] * 3, PLAN)
+    assert d.stop == "budget"
+    assert "time budget 100 s" in message(d, 3, PLAN) and f"~{d.needed}" in message(d, 3, PLAN)
+
+
+def test_cap_stops() -> None:
+    noisy = {"train.bs16.step": _medians(0.10, 10)}
+    assert decide(noisy, [1.0] * 10, PLAN).stop == "max"
+
+
+def test_the_worst_metric_decides() -> None:
+    meds = {"train.bs8.step": _medians(0.001, 4), "train.bs16.step": _medians(0.08, 4)}
+    d = decide(meds, [1.0] * 4, PLAN)
+    assert d.worst == "train.bs16.step" and d.stop is None
+
+
+def test_advised_count_passes_its_own_gate() -> None:
+    for cv in (0.005, 0.02, 0.05, 0.12, 0.3):
+        d = decide({"m": _medians(cv, 3, seed=int(cv * 1000))}, [50.0] * 3, PLAN)
+        assert d.stop == "budget" or d.stop == "target"
+        k = d.needed
+        assert k is not None
+        # at the measured spread, k replicates meet the target and k − 1 do not (k ≥ 2)
+        assert stats.relative_t_half_width(cv, k, PLAN.confidence) <= PLAN.target + 1e-12
+        if k > 2:
+            assert stats.relative_t_half_width(cv, k - 1, PLAN.confidence) > PLAN.target
+
+
+def test_first_replicate_always_runs_even_past_the_budget() -> None:
+    d = decide({"m": [1.0]}, [500.0], PLAN)  # one replicate, already past the budget
+    assert d.stop == "budget"
+    assert decide({}, [], PLAN).stop is None
