@@ -13,6 +13,8 @@ the same run, interleaved (A B, B A, …), because this machine is shared and it
 - compare: `mlb compare` (CLI, fresh process; and the library call) on two results with
   100,000 samples per metric.
 - time: wall time of `mlb run --profile demo`, the whole baseline.
+- api: the library API's cost per step and per stage block, beside the same loop
+  uninstrumented (`bench/bench_api.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_api import api as api_overhead  # the library API's cost per step
 from bench_common import BENCH, Row, cv, interleave, mib, ms, pct, run_child, secs, spread
 
 TOLERANCE = 0.02  # accuracy: within ±2% of the truth
@@ -590,4 +593,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "scale": scale,
     "compare": compare,
     "time": time_to_result,
+    "api": api_overhead,
 }

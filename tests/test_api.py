@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from mlbaseline import stats
 from mlbaseline.api import Baseline
 from mlbaseline.errors import OutputExistsError, UsageError
 from mlbaseline.measure import loop as loop_mod
@@ -366,3 +370,23 @@ def test_telemetry_runs_while_measuring_and_lands_beside_the_result(tmp_path):
     assert (tmp_path / "t.telemetry.csv").read_text().startswith("t_s,")
     assert r.data["telemetry"]["owned"] is True
     assert len(r.data["batch_sizes"]["16"]["train"]["telemetry_window_s"]) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(0.5, 2.0), min_size=1, max_size=60),
+    st.integers(1, 4),
+    st.integers(1, 10),
+    st.floats(0.0, 0.2),
+)
+def test_the_stop_rules_window_test_is_numpys(values, n_windows, window, tolerance):
+    """`stats.windows_stable` runs after every step of the user's loop, so it is plain Python;
+    it must decide as the NumPy formulation it replaced (window medians within ±tolerance of
+    their mean)."""
+    need = n_windows * window
+    expected = False
+    if len(values) >= need:
+        meds = np.median(np.asarray(values[-need:]).reshape(n_windows, window), axis=1)
+        center = float(np.mean(meds))
+        expected = bool(np.all(np.abs(meds - center) <= tolerance * abs(center)))
+    assert stats.windows_stable(values, n_windows, window, tolerance) == expected

@@ -27,6 +27,7 @@ def test_sections_are_the_six_figures_of_the_issue():
         "scale",
         "compare",
         "time",
+        "api",
     ]
     assert all(callable(fn) for fn in bench_sections.SECTIONS.values())
 
