@@ -77,6 +77,7 @@ class FakeLauncher:
         self.configs: list[dict] = []
         self.clock = clock
         self.env_b = ENV
+        self.config_b: dict = {}
 
     def __call__(self, turn: Turn) -> ChildRun:
         n = len(self.turns)
@@ -96,6 +97,7 @@ class FakeLauncher:
         machine = (1 + self.ramp) ** n * (self.jump if n >= self.jump_at else 1.0)
         env = self.env_b if turn.arm == "b" else ENV
         r = child_result(self.factors.get(turn.arm, {}), machine, self.rng, env)
+        r.config = self.config_b if turn.arm == "b" else {}
         if what == "oom":
             r.measurements = {}
             r.data["batch_sizes"][str(BS)]["train"] = {"status": "oom", "error": "CUDA oom"}
@@ -145,6 +147,8 @@ def test_turns_follow_the_abba_order_and_run_a_short_child():
     t = fake.configs[0]["throughput"]
     assert t["mode"] == "train" and t["batch_sizes"] == [BS] and t["repeats"] == 1
     assert t["min_time_s"] == 0.5 and t["max_time_s"] == 1.5 and t["telemetry"] is False
+    # only what differs from the profile: another checkout fills the rest with its own
+    assert fake.configs[0]["profile"] == "demo" and "latency" not in fake.configs[0]
     assert not Path(ta.command[-3]).exists()  # the child configs are gone with the run
     assert run.result.data["arms"]["b"]["command"] == ["/opt/py", "-m", "mlbaseline"]
 
@@ -241,6 +245,16 @@ def test_arms_in_different_environments_are_said_so():
     assert r.data["environment_differs"] == {"torch": ["2.14.1", "2.13.0"]}
     assert any(w["code"] == "arm_environments_differ" for w in r.warnings)
     assert r.environment["blocking"]["torch"] == "2.14.1"
+
+
+def test_arms_that_resolved_different_configs_are_said_so():
+    fake = FakeLauncher()
+    fake.config_b = {"workload": {"threads": 2}, "throughput": {"window": 8}}
+    arm_a, arm_b = Arm(_cfg()), Arm(_cfg(**{"workload.threads": 2}))
+    r = run_ab_processes(arm_a, arm_b, 4, launcher=fake, turn_s=0.5).result
+    assert set(r.data["config_differs"]) == {"workload.threads", "throughput.window"}
+    w = next(w for w in r.warnings if w["code"] == "arm_configs_differ")
+    assert w["keys"] == ["throughput.window"]  # threads was asked for (B's own setting)
 
 
 # ---------------------------------------------------------------- too few pairs for the gate

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mlbaseline import stats
-from mlbaseline.config import Config
+from mlbaseline.config import Config, flatten
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.interleave import ARMS, abba_order
@@ -218,6 +218,28 @@ def _environment(result: Result, arm_results: Mapping[str, Result]) -> None:
         )
 
 
+def _configs(
+    result: Result, arm_results: Mapping[str, Result], cfg_a: Config, cfg_b: Config
+) -> None:
+    """The config each arm's processes resolved (another checkout fills what it is not given
+    from its own profile and defaults): differences are listed, and a warning names those
+    that --set-a / --set-b did not ask for."""
+    ran = {arm: flatten(r.config) for arm, r in arm_results.items()}
+    built_a, built_b = flatten(cfg_a.to_dict()), flatten(cfg_b.to_dict())
+    asked = {k for k in set(built_a) | set(built_b) if built_a.get(k) != built_b.get(k)}
+    keys = sorted(k for k in set(ran["a"]) | set(ran["b"]) if ran["a"].get(k) != ran["b"].get(k))
+    keys = [k for k in keys if k != "workload.import_paths"]  # each arm's own config folder
+    result.data["config_differs"] = {k: [ran["a"].get(k), ran["b"].get(k)] for k in keys}
+    unasked = [k for k in keys if k not in asked]
+    if unasked:
+        result.warn(
+            "arm_configs_differ",
+            f"the arms' processes resolved different configs ({', '.join(unasked)}): "
+            "another checkout's profile or defaults differ; set those fields to compare alike",
+            keys=unasked,
+        )
+
+
 def _checked(pairs: int, turn_s: float, budget_s: float | None) -> None:
     if pairs < 1:
         raise UsageError(f"--pairs: at least 1, got {pairs}")
@@ -256,7 +278,12 @@ def run_ab_processes(
     with tempfile.TemporaryDirectory(prefix="mlb-ab-") as tmp:
         paths = {
             arm: write_child_config(
-                spec.cfg, Path(tmp), f"{arm}.yaml", batch_sizes=[batch[arm]], **turn
+                spec.cfg,
+                Path(tmp),
+                f"{arm}.yaml",
+                changes_only=True,
+                batch_sizes=[batch[arm]],
+                **turn,
             )
             for arm, spec in arms.items()
         }
@@ -287,6 +314,7 @@ def run_ab_processes(
     arm_results = _arm_results(turns, done, arms)
     if done:
         _environment(result, arm_results)
+        _configs(result, arm_results, arm_a.cfg, arm_b.cfg)
     if log.stop_reason == "failures":
         last = log.dropped[-1]["error"] if log.dropped else ""
         result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
