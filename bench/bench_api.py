@@ -5,7 +5,8 @@ many rounds, medians per step:
 - empty bodies (the loop itself), with 5 stage blocks and with none: the API's own cost per
   step, and per stage block (the slope between the two);
 - a 10 ms step (5 stages of 2 ms busy-wait): the overhead as a share of the step, measured
-  directly (noisy on a shared machine: the figure from the empty loops is the tight one).
+  directly on the median step (noisy on a shared machine: a busy-wait that is preempted
+  ends late; the figure from the empty loops is the tight one).
 The instrumented loop has `bl.data()`'s data-wait stage, a `with bl.step():` block and the
 CLI's warm-up detection and stability test every step (a tolerance it never meets keeps the
 rule from stopping the loop). Telemetry is off here; its cost is the `overhead` section's.
@@ -52,44 +53,56 @@ def _spin() -> None:
     busy_wait(STEP_S / len(STAGES))
 
 
-def plain(steps: int, stages: tuple[str, ...], work: Callable[[], None]) -> float:
-    """Seconds per step of the uninstrumented loop."""
-    start = time.perf_counter()
+def plain(steps: int, stages: tuple[str, ...], work: Callable[[], None]) -> list[float]:
+    """Seconds of each step of the uninstrumented loop."""
+    out = []
+    clock = time.perf_counter
+    last = clock()
     for _batch in iter(range(steps)):
         for _stage in stages:
             work()
-    return (time.perf_counter() - start) / steps
+        now = clock()
+        out.append(now - last)
+        last = now
+    return out
 
 
-def instrumented(steps: int, stages: tuple[str, ...], work: Callable[[], None]) -> float:
-    """Seconds per step of the same loop under the API (built before the clock starts)."""
+def instrumented(steps: int, stages: tuple[str, ...], work: Callable[[], None]) -> list[float]:
+    """Seconds of each step of the same loop under the API (built before the clock starts);
+    a step here is one iteration, from one `next()` to the next, as in the plain loop."""
     from mlbaseline.api import Baseline
     from mlbaseline.measure.gpu import NullProbe
 
     bl = Baseline("bench", 1, "cpu", overrides=_rule(steps), telemetry=False, probe=NullProbe())
-    start = time.perf_counter()
+    out = []
+    clock = time.perf_counter
+    last = clock()
     for _batch in bl.data(range(steps)):
         with bl.step():
             for stage in stages:
                 with bl.stage(stage):
                     work()
-    per_step = (time.perf_counter() - start) / steps
+        now = clock()
+        out.append(now - last)
+        last = now
     if bl.done or len(bl.loop.records) != steps:
         raise RuntimeError(f"the stop rule ended the bench loop ({bl.loop.reason})")
-    return per_step
+    return out
 
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
 
 
-def _medians(runs: dict[str, list[float]]) -> dict[str, float]:
-    return {k: float(statistics.median(v)) for k, v in runs.items()}
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
 
 
 def api() -> list[Row]:
-    empty = _medians(
-        interleave(
+    # empty bodies: the mean step of each run (the cost is spread evenly), median over runs
+    empty = {
+        k: _median([sum(run) / len(run) for run in v])
+        for k, v in interleave(
             {
                 "plain5": lambda: plain(STEPS, STAGES, _nothing),
                 "api5": lambda: instrumented(STEPS, STAGES, _nothing),
@@ -97,12 +110,11 @@ def api() -> list[Row]:
                 "api0": lambda: instrumented(STEPS, (), _nothing),
             },
             ROUNDS,
-        )
-    )
+        ).items()
+    }
     per_step = empty["api5"] - empty["plain5"]
-    per_stage = ((empty["api5"] - empty["plain5"]) - (empty["api0"] - empty["plain0"])) / len(
-        STAGES
-    )
+    per_stage = (per_step - (empty["api0"] - empty["plain0"])) / len(STAGES)
+    # 10 ms steps: the median step of all runs of an arm (a preempted step is an outlier)
     busy = interleave(
         {
             "plain": lambda: plain(BUSY_STEPS, STAGES, _spin),
@@ -110,8 +122,8 @@ def api() -> list[Row]:
         },
         BUSY_ROUNDS,
     )
-    ratios = [a / p - 1.0 for a, p in zip(busy["api"], busy["plain"], strict=True)]
-    direct = float(statistics.median(ratios))
+    med = {k: _median([t for run in v for t in run]) for k, v in busy.items()}
+    direct = med["api"] / med["plain"] - 1.0
     return [
         Row(
             "api",
@@ -136,7 +148,8 @@ def api() -> list[Row]:
         ),
         Row(
             "api",
-            f"10 ms step side by side: instrumented / plain − 1 (median of {BUSY_ROUNDS} pairs)",
+            f"10 ms step side by side: median step, instrumented / plain − 1 "
+            f"({BUSY_ROUNDS} × {BUSY_STEPS} steps each)",
             pct(direct, signed=True),
             "reference (noisy)",
             None,
