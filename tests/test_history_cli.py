@@ -224,6 +224,7 @@ def test_gate_never_uses_the_new_file_itself(tmp_path, store):
 
 def test_report_view_and_section(tmp_path, store):
     from mlbaseline.report.context import ReportContext
+    from mlbaseline.report.render import render_report
     from mlbaseline.report.sections_history import section_history, trend_figure
     from mlbaseline.runners.history import report_view
 
@@ -241,6 +242,10 @@ def test_report_view_and_section(tmp_path, store):
     text = "\n".join(section_history(ctx))
     assert "## History" in text and "figures/history.png" in text and "#5" in text
     assert png.stat().st_size > 0
+    out = render_report([result], tmp_path / "rep", history=view)
+    md = out.markdown_path.read_text()
+    assert "](figures/history.png)" in md.split("## History", 1)[1]
+    assert (tmp_path / "rep" / "figures" / "history.png").is_file()
     other = synthetic(3, env={"device": "cuda"})
     assert report_view([other], cfg) is None
     empty = ReportContext(results=[other], sources=[None])

@@ -110,7 +110,7 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
         if o.compare is not None:
             out = _render_compare(o.compare, cfg, o.allow_mismatch, output, common.force, ui)
         else:
-            out = _render(o.inputs or [], output, o.telemetry, common.force, ui)
+            out = _render(o.inputs or [], output, o.telemetry, common.force, ui, cfg)
         _print(ui, out)
         if common.json_out:
             sys.stdout.write(dump_json(_summary(out)))
@@ -128,10 +128,13 @@ def _render_compare(
     return render_compare_report(run.result.data, output, force=force, progress=ui.progress)
 
 
-def _render(inputs: list[Path], output: Path, telemetry: Path | None, force: bool, ui: Ui) -> Any:
+def _render(
+    inputs: list[Path], output: Path, telemetry: Path | None, force: bool, ui: Ui, cfg: Config
+) -> Any:
     # imported here: matplotlib is slow to import and only this command needs it
     from mlbaseline.report.inputs import collect
     from mlbaseline.report.render import render_compare_report, render_report
+    from mlbaseline.runners.history import report_view
 
     found = collect(inputs)
     for note in found.notes:
@@ -148,4 +151,5 @@ def _render(inputs: list[Path], output: Path, telemetry: Path | None, force: boo
         manifest=found.manifest,
         force=force,
         progress=ui.progress,
+        history=report_view([i.result for i in found.items], cfg),
     )

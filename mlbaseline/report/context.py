@@ -31,6 +31,7 @@ SECTIONS = (
     "## Change-impact predictions",
     "## Warnings and notes",
     "## Method",
+    "## History",  # last: the sections above index this tuple by position
 )
 NOT_MEASURED = "_Not measured"
 LATENCY_QS = (50, 90, 95, 99)
@@ -48,6 +49,7 @@ class ReportContext:
     signals: list[Signal] = field(default_factory=list)
     predictions: list[Prediction] = field(default_factory=list)
     subset: payloads.SubsetFacts | None = None
+    history: Any = None  # sections_history.HistoryView: the series these results belong to
 
     def of_kind(self, kind: str) -> list[Result]:
         return [r for r in self.results if r.kind == kind]

@@ -16,6 +16,7 @@ from mlbaseline.report.sections_findings import (
     section_telemetry,
     section_warnings,
 )
+from mlbaseline.report.sections_history import section_history
 from mlbaseline.report.sections_performance import (
     section_dataloader,
     section_inference,
@@ -60,6 +61,7 @@ SECTION_FUNCTIONS = (
     section_predictions,
     section_warnings,
     section_method,
+    section_history,
 )
 
 

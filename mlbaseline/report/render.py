@@ -127,6 +127,11 @@ def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
     facts = ctx.subset
     if facts is not None and facts.class_counts:
         jobs["subset"] = lambda p: fig.subset_figure(facts.class_counts, facts.full_counts, p)
+    view = ctx.history
+    if view is not None and view.lines:
+        from mlbaseline.report.sections_history import trend_figure
+
+        jobs["history"] = lambda p: trend_figure(view, p)
     return jobs
 
 
@@ -258,18 +263,22 @@ def render_report(
     manifest: Path | Mapping[str, Any] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    history: Any = None,
 ) -> ReportOutput:
     """Write `out_dir/baseline_report.md` and `out_dir/figures/*.png` for these results.
 
     `results`: loaded results, or `ReportInput`s that carry the JSON path their artifacts are
     relative to. Plain results resolve `artifacts["telemetry"]` against `result_dir`;
     `telemetry_csv` overrides both. `run` results only group phases and are not rendered
-    themselves. Raises OutputExistsError when a report file exists and not `force`.
+    themselves. `history`: the series they belong to (report.sections_history.HistoryView,
+    from the history store; the report never reads the store itself). Raises
+    OutputExistsError when a report file exists and not `force`.
     """
     progress = progress or NullProgress()
     ctx = build_context(
         results, telemetry_csv=telemetry_csv, result_dir=result_dir, manifest=manifest
     )
+    ctx.history = history
     jobs = _figure_jobs(ctx)
 
     def markdown(fig_rel: dict[str, str]) -> str:

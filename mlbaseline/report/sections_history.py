@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from mlbaseline.formatting import interval_percent, signed_percent
-from mlbaseline.report.context import ReportContext, figure, not_measured, table
+from mlbaseline.report.context import SECTIONS, ReportContext, figure, not_measured, table
 from mlbaseline.report.figures import _save, new_figure, styled
 
-HEADING = "## History"
+HEADING = SECTIONS[15]
 
 
 @dataclass(frozen=True)

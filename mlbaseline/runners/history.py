@@ -301,7 +301,8 @@ def report_view(results: Sequence[Result], cfg: Config) -> Any:
     store has no series of two runs or more for them."""
     from mlbaseline.history.record import fingerprint_hash
 
-    chosen = [r for r in results if r.kind in ("throughput", "run", "latency", "dataloader")]
+    order = ("run", "throughput", "latency", "dataloader")  # a run's record holds every phase
+    chosen = sorted((r for r in results if r.kind in order), key=lambda r: order.index(r.kind))
     if not chosen:
         return None
     r = chosen[0]

@@ -298,6 +298,7 @@ def _input_bound(run: _Run) -> None:
 
 def _report(run: _Run) -> Path | None:
     from mlbaseline.report.render import ReportInput, render_report
+    from mlbaseline.runners.history import report_view
 
     inputs = [
         ReportInput(result, run.out_dir / FILES[phase]) for phase, result in run.results.items()
@@ -309,6 +310,7 @@ def _report(run: _Run) -> Path | None:
             telemetry_csv=run.out_dir / TELEMETRY,
             force=True,
             progress=run.progress,
+            history=report_view([run.baseline], run.cfg),  # this run's earlier comparable runs
         )
     except MlbError as exc:
         run.fail_phase("report", exc.message)
