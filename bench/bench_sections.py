@@ -6,8 +6,11 @@ the same run, interleaved (A B, B A, …), because this machine is shared and it
 - accuracy: a workload whose stages busy-wait known durations, and a service whose requests
   busy-wait a known distribution; what `mlb` reports against that truth.
 - overhead: the throughput cost of the telemetry sampler (on vs off), plus its self-measured cost.
-- repro: 5 fresh processes of the demo throughput, side by side with 5 of
-  `torch.utils.benchmark`'s blocked_autorange on the same model's forward pass.
+- repro: 5 invocations of `mlb throughput` on the demo step, side by side with
+  `torch.utils.benchmark` and pyperf's default runner on the same step (bench_repro).
+- drift: what the between-process drift is made of; process settings tried (bench_drift).
+- ab: the paired runner on a known 3% slowdown in one stage, and A/A; unpaired beside (bench_ab).
+- noise: variance components and MDE per stage; the A/A paired deltas (bench_noise).
 - scale: `mlb subset`'s indexing + sampling on 10k/100k/1M-file trees against a bare
   `os.scandir` walk of the same tree (wall time and peak memory, fresh processes).
 - compare: `mlb compare` (CLI, fresh process; and the library call) on two results with
@@ -30,8 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_ab import ab
 from bench_api import api as api_overhead  # the library API's cost per step
-from bench_common import BENCH, Row, cv, interleave, mib, ms, pct, run_child, secs, spread
+from bench_common import BENCH, Row, interleave, mib, ms, pct, run_child, secs
+from bench_drift import drift
+from bench_noise import noise
+from bench_repro import repro
 
 TOLERANCE = 0.02  # accuracy: within ±2% of the truth
 
@@ -228,87 +235,8 @@ def overhead() -> list[Row]:
 
 
 # ---------------------------------------------------------------- 3. reproducibility
-
-REPRO_PROCESSES = 5
-REPRO_BATCH = 16
-
-
-def _mlb_process() -> dict[str, float]:
-    run = run_child(
-        [
-            "-m",
-            "mlbaseline",
-            "throughput",
-            "--profile",
-            "demo",
-            "--mode",
-            "train",
-            "--batch-sizes",
-            str(REPRO_BATCH),
-            "--json",
-            "--quiet",
-        ]
-    )
-    doc = run.json()
-    values = doc["measurements"][f"train.bs{REPRO_BATCH}.step"]["values"]
-    return {"median": float(np.median(values)), "cv": cv(values)}
-
-
-def _timer_process() -> dict[str, float]:
-    doc = run_child([str(BENCH / "timer_child.py"), str(REPRO_BATCH), "1.5"]).json()
-    return {"median": doc["median_s"], "cv": cv(doc["times_s"])}
-
-
-def _ms_list(values: list[float]) -> str:
-    return ", ".join(f"{v * 1e3:.2f}" for v in values) + " ms"
-
-
-def repro() -> list[Row]:
-    runs = interleave({"mlb": _mlb_process, "torch": _timer_process}, REPRO_PROCESSES)
-    m_med = [r["median"] for r in runs["mlb"]]
-    t_med = [r["median"] for r in runs["torch"]]
-    m_spread, t_spread = spread(m_med), spread(t_med)
-    n = REPRO_PROCESSES
-    return [
-        Row(
-            "repro",
-            f"demo training step (bs{REPRO_BATCH} only), {n} fresh processes: "
-            "spread of medians (max/min − 1)",
-            f"{pct(m_spread)} (medians {_ms_list(m_med)})",
-            "≤ 3%",
-            m_spread <= 0.03,
-        ),
-        Row(
-            "repro",
-            f"torch.utils.benchmark blocked_autorange, demo forward (bs{REPRO_BATCH}), "
-            f"{n} fresh processes: spread of medians",
-            f"{pct(t_spread)} (medians {_ms_list(t_med)})",
-            "reference",
-            None,
-        ),
-        Row(
-            "repro",
-            "mlb's spread vs torch.utils.benchmark's, same run",
-            f"{pct(m_spread)} vs {pct(t_spread)}",
-            "no worse than torch.utils.benchmark",
-            m_spread <= t_spread,
-        ),
-        Row(
-            "repro",
-            "CV of the process medians: mlb / torch.utils.benchmark",
-            f"{pct(cv(m_med))} / {pct(cv(t_med))}",
-            "shown",
-            None,
-        ),
-        Row(
-            "repro",
-            "in-process CV of the step time (mlb) / of the blocks (torch), median of processes",
-            f"{pct(_median([r['cv'] for r in runs['mlb']]))} / "
-            f"{pct(_median([r['cv'] for r in runs['torch']]))}",
-            "shown",
-            None,
-        ),
-    ]
+# `repro`, `drift`, `ab` and `noise` (issue 15) live in bench_repro / bench_drift / bench_ab /
+# bench_noise: each is a study of its own, with its children in bench/.
 
 
 # ---------------------------------------------------------------- 4. scale
@@ -590,6 +518,9 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "accuracy": accuracy,
     "overhead": overhead,
     "repro": repro,
+    "drift": drift,
+    "ab": ab,
+    "noise": noise,
     "scale": scale,
     "compare": compare,
     "time": time_to_result,

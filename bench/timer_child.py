@@ -1,7 +1,10 @@
 """One fresh process: `torch.utils.benchmark.Timer.blocked_autorange` on the demo profile's
-forward pass (the reproducibility section's reference), printed as JSON on stdout.
+training step (the `repro` section's reference), printed as JSON on stdout.
 
     python bench/timer_child.py [BATCH_SIZE] [MIN_RUN_TIME_S]
+
+The step is built by the same core `mlb` uses (`runners.sweep.build_step`), so the two tools
+time the same work; the Timer runs it at the profile's thread count (its own default is 1).
 """
 
 from __future__ import annotations
@@ -13,32 +16,28 @@ import torch
 from torch.utils import benchmark
 
 from mlbaseline.config import resolve
-from mlbaseline.measure.determinism import set_determinism
-from mlbaseline.workloads.factory import build_model
+from mlbaseline.measure.step import SingleProcess
+from mlbaseline.runners.sweep import build_step
+from mlbaseline.workloads.factory import build_dataset
 
 
 def main() -> None:
     batch = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     min_run_time = float(sys.argv[2]) if len(sys.argv) > 2 else 1.5
-    w = resolve(profile="demo").workload
-    seed = resolve(profile="demo").golden.seed
-    set_determinism(seed, w.deterministic, w.cudnn_benchmark)
-    model = build_model(w).eval()
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, 3, w.image_size, w.image_size, generator=g)
-    with torch.inference_mode():
-        timer = benchmark.Timer(
-            stmt="model(x)",
-            globals={"model": model, "x": x},
-            num_threads=torch.get_num_threads(),  # Timer defaults to 1 thread; mlb uses torch's
-        )
-        m = timer.blocked_autorange(min_run_time=min_run_time)
+    cfg = resolve(profile="demo")
+    threads = cfg.workload.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    step, batches = build_step(cfg, build_dataset(cfg), batch, "cpu", SingleProcess(), None)
+    step.model.train()
+    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=threads)
+    m = timer.blocked_autorange(min_run_time=min_run_time)
+    batches.close()
     out = {
         "median_s": m.median,
         "iqr_s": m.iqr,
         "times_s": list(m.times),
         "number_per_run": m.number_per_run,
-        "threads": torch.get_num_threads(),
+        "threads": threads,
     }
     print(json.dumps(out))
 

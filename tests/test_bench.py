@@ -19,16 +19,11 @@ def _load_run():
     return module
 
 
-def test_sections_are_the_six_figures_of_the_issue():
-    assert list(bench_sections.SECTIONS) == [
-        "accuracy",
-        "overhead",
-        "repro",
-        "scale",
-        "compare",
-        "time",
-        "api",
-    ]
+def test_sections_cover_every_figure_the_issues_ask_for():
+    required = {"accuracy", "overhead", "repro", "scale", "compare", "time"}  # the first issues
+    required |= {"drift", "ab", "noise"}  # reproducible on a noisy machine
+    required |= {"api"}  # real projects
+    assert required <= set(bench_sections.SECTIONS)
     assert all(callable(fn) for fn in bench_sections.SECTIONS.values())
 
 
