@@ -32,6 +32,7 @@ demo: install
 	$(MLB) run --force --ignore-env -o mlb-results/demo
 
 bench: install
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) bench/run.py --only $(BENCH)
 
 gpu-check: install
