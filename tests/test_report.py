@@ -711,3 +711,23 @@ def test_golden_report_has_no_two_identical_table_rows(golden):
             tables.append([])
     for rows in tables:
         assert len(rows) == len(set(rows)), [r for r in rows if rows.count(r) > 1]
+
+
+def test_environment_table_shows_the_measuring_process_settings(tmp_path):
+    """Determinism flags and threads are set by the process that measured: the report takes
+    them from the throughput result, not from the env-check (which ran before any phase)."""
+    before = {"cudnn_deterministic": False, "cudnn_benchmark": True, "torch_threads": 2}
+    measured = {"cudnn_deterministic": True, "cudnn_benchmark": False, "torch_threads": 1}
+    env = Result(
+        kind="env-check",
+        environment={**ENV, "informational": before},
+        config={"golden": {"seed": 42}},
+    )
+    tp = Result(kind="throughput", environment={**ENV, "informational": measured})
+    md = render_report([env, tp], tmp_path).markdown_path.read_text()
+    row = next(x for x in md.splitlines() if x.startswith("| determinism |"))
+    assert "cudnn.deterministic=True" in row and "as the throughput phase ran" in row
+    threads = next(x for x in md.splitlines() if x.startswith("| threads |"))
+    assert "torch 1," in threads
+    md = render_report([env], tmp_path / "only-env").markdown_path.read_text()
+    assert "cudnn.deterministic=False" in md  # no throughput: the env-check's is all there is

@@ -57,6 +57,17 @@ def _environment(ctx: ReportContext) -> dict[str, Any]:
     return {}
 
 
+def _measuring_info(ctx: ReportContext, fallback: Mapping[str, Any]) -> tuple[Mapping, str]:
+    """The informational fingerprint of the process that *measured* the training step (the
+    throughput result's): determinism flags and thread counts are set by the measuring process,
+    so the env-check's (taken before any phase set them) would describe another process."""
+    for r in ctx.of_kind("throughput"):
+        info = (r.environment or {}).get("informational") or {}
+        if info:
+            return info, " (as the throughput phase ran)"
+    return fallback, ""
+
+
 def _gpu_text(blocking: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     gpus = info.get("gpus") or []
     if gpus:
@@ -79,6 +90,7 @@ def section_hardware(ctx: ReportContext) -> list[str]:
     ram = size(i.get("ram_total_bytes"))
     if i.get("cgroup_memory_limit_bytes"):
         ram += f" (cgroup limit {size(i.get('cgroup_memory_limit_bytes'))})"
+    m, where = _measuring_info(ctx, i)
     rows = [
         ("device", b.get("device", "–")),
         ("GPU", _gpu_text(b, i)),
@@ -95,13 +107,14 @@ def section_hardware(ctx: ReportContext) -> list[str]:
         ("host", i.get("hostname", "–")),
         (
             "determinism",
-            f"cudnn.deterministic={i.get('cudnn_deterministic', '–')}, "
-            f"cudnn.benchmark={i.get('cudnn_benchmark', '–')}, "
-            f"TF32 matmul={i.get('tf32_matmul', '–')}",
+            f"cudnn.deterministic={m.get('cudnn_deterministic', '–')}, "
+            f"cudnn.benchmark={m.get('cudnn_benchmark', '–')}, "
+            f"TF32 matmul={m.get('tf32_matmul', '–')}{where}",
         ),
         (
             "threads",
-            f"torch {i.get('torch_threads', '–')}, interop {i.get('torch_interop_threads', '–')}",
+            f"torch {m.get('torch_threads', '–')}, "
+            f"interop {m.get('torch_interop_threads', '–')}{where}",
         ),
     ]
     lines += table(["", "value"], rows)
