@@ -280,6 +280,20 @@ def test_compile_time_is_kept_out_of_warmup_and_steady_state(monkeypatch):
     assert run.info()["compile_s"] == pytest.approx(10.0)
 
 
+def test_the_cli_prints_compile_s_apart_and_records_it(monkeypatch, tmp_path: Path):
+    monkeypatch.setattr(sweep, "compile_model", lambda model, w: model)  # eager, same path
+    out = tmp_path / "r.json"
+    res = runner.invoke(
+        app,
+        ["throughput", *sets(**{"workload.compile": "default"}), "-o", str(out)],
+        env={"COLUMNS": "200"},
+    )
+    assert res.exit_code == 0, res.output
+    assert "compile bs4 train: " in res.output and "neither warm-up nor measured" in res.output
+    doc = json.loads(out.read_text())
+    assert doc["data"]["batch_sizes"]["4"]["train"]["compile_s"] > 0
+
+
 def test_without_compile_there_is_no_compile_call(monkeypatch):
     c = cfg()
     run = sweep.train_one_size(c, build_dataset(c), 4, "cpu")

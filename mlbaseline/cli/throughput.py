@@ -160,9 +160,21 @@ def noise_lines(result: Result) -> list[str]:
     return out
 
 
+def compile_lines(result: Result) -> list[str]:
+    """torch.compile's first call per part (workload.compile), timed apart from the steps."""
+    from mlbaseline.formatting import duration
+
+    return [
+        f"compile bs{key} {part}: {duration(info['compile_s'])} (the first call, traced and "
+        "compiled: neither warm-up nor measured)"
+        for key, part, info in _parts(result)
+        if info.get("compile_s") is not None
+    ]
+
+
 def print_summary(ui: Ui, result: Result) -> None:
     ui.print(summary_table(result))
-    for line in noise_lines(result):
+    for line in noise_lines(result) + compile_lines(result):
         ui.print(f"[dim]{escape(line)}[/dim]")
     trace = trace_table(result)
     if trace is not None:
