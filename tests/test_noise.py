@@ -102,3 +102,28 @@ def test_holm_reachable_is_false_where_five_replicates_cannot_pass_eight_metrics
     rec = noise.summary(values, ids.tolist(), alpha=0.05, k=8, threshold=0.03)
     assert rec is not None and not rec["holm_reachable"]
     assert rec["replicates_for_threshold"] >= noise.replicates_reachable(8, 0.05)
+
+
+def test_throughput_output_shows_the_mde_per_stage_compactly():
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from mlbaseline.cli.throughput import noise_lines, summary_table
+    from mlbaseline.results import load_result
+
+    golden = Path(__file__).resolve().parent / "golden" / "signals"
+    r = load_result(golden / "replicated_noisy.json")
+    console = Console(width=80, record=True)
+    console.print(summary_table(r))
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if "MDE ±" in line)
+    bwd = r.data["noise"]["train.bs8.backward"]["mde"]
+    assert f"{bwd * 100:.0f}" in [c.strip() for c in row.split("│")]
+    assert all(len(line) <= 80 for line in text.splitlines())
+    (line,) = noise_lines(r)
+    assert "6 processes" in line and f"{r.data['noise']['train.bs8.step']['mde']:.0%}" in line
+    one = load_result(golden / "one_process.json")
+    console = Console(width=80, record=True)
+    console.print(summary_table(one))
+    assert noise_lines(one) == [] and "MDE" not in console.export_text()

@@ -195,6 +195,21 @@ DATA_HELP = (
 )
 
 
+REPEATS_HELP = (
+    "Fresh-process replicates, pooled: N (1: this process only) or auto (at least 3, until the "
+    "median is known to throughput.repro_target, within throughput.replicates_budget_s)."
+)
+
+
+def parse_repeats(text: str | None) -> int | str | None:
+    """--repeats: a positive integer or `auto`."""
+    if text is None or text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--repeats: '{text}' is not a positive integer or auto")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class ThroughputOptions:
     batch_sizes: Annotated[OptStr, opt("--batch-sizes", "Batch-size sweep, e.g. 32,64,128.")] = None
@@ -202,14 +217,7 @@ class ThroughputOptions:
     nproc: Annotated[
         OptInt, opt("--nproc", "Processes (torch.distributed: gloo on CPU, NCCL on GPU).", min=1)
     ] = None
-    repeats: Annotated[
-        OptStr,
-        opt(
-            "--repeats",
-            "Fresh-process replicates, pooled: N (1: this process only) or auto (the default: "
-            "at least 3, until the median is known to ±1.5%, within 120 s).",
-        ),
-    ] = None
+    repeats: Annotated[OptStr, opt("--repeats", REPEATS_HELP)] = None
     min_time: Annotated[
         OptFloat, opt("--min-time", "Stop rule: measure at least this many seconds.", min=0)
     ] = None
@@ -226,15 +234,6 @@ class ThroughputOptions:
     trace_steps: Annotated[
         OptInt, opt("--trace-steps", "Steps in the --trace window (K).", min=1)
     ] = None
-
-
-def parse_repeats(text: str | None) -> int | str | None:
-    """--repeats: a positive integer or `auto`."""
-    if text is None or text == "auto":
-        return text
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--repeats: '{text}' is not a positive integer or auto")
-    return int(text)
 
 
 @command("throughput", data=DATA_HELP)
