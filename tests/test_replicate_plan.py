@@ -68,3 +68,81 @@ def test_first_replicate_always_runs_even_past_the_budget() -> None:
     d = decide({"m": [1.0]}, [500.0], PLAN)  # one replicate, already past the budget
     assert d.stop == "budget"
     assert decide({}, [], PLAN).stop is None
+
+
+def test_repeats_option_is_spelled_and_checked_alike_in_run_and_throughput() -> None:
+    from typer.testing import CliRunner
+
+    from mlbaseline.cli import app
+
+    for cmd in ("run", "throughput"):
+        out = CliRunner().invoke(app, [cmd, "--repeats", "zero"])
+        assert out.exit_code == 2
+        assert "Error: --repeats: 'zero' is not a positive integer or auto" in out.output
+
+
+def test_plan_for_fixed_auto_and_the_cases_auto_cannot_replicate() -> None:
+    from mlbaseline.config import resolve
+    from mlbaseline.runners.replicate_plan import plan_for
+
+    t = resolve(profile="demo", overrides={"throughput.repeats": "auto"}).throughput
+    n, plan, why = plan_for(t)
+    assert plan is not None and n == t.max_repeats and why is None
+    assert plan_for(t, under_torchrun=True)[:2] == (1, None)
+    t2 = resolve(overrides={"throughput.repeats": "auto", "throughput.nproc": 2}).throughput
+    assert plan_for(t2)[0] == 1 and "nproc 2" in (plan_for(t2)[2] or "")
+    t3 = resolve(overrides={"throughput.repeats": 4}).throughput
+    assert plan_for(t3) == (4, None, None)
+
+
+def _child_result(median: float, seed: int):
+    from mlbaseline.results import Metric, Result
+
+    rng = np.random.default_rng(seed)
+    values = list(median * (1 + 0.01 * rng.standard_normal(20)))
+    r = Result(kind="throughput")
+    r.add_metric(Metric("train.bs4.step", "s", False, values, meta={"role": "total"}))
+    r.data = {"batch_sizes": {}}
+    return r
+
+
+def test_auto_replicates_stop_at_the_target_and_say_so(monkeypatch) -> None:
+    from mlbaseline.config import resolve
+    from mlbaseline.measure.gpu import NullProbe
+    from mlbaseline.progress import NullProgress
+    from mlbaseline.runners import throughput as tp
+
+    medians = iter([0.100, 0.1004, 0.0998, 0.1001, 0.1])
+    calls: list[list[str]] = []
+
+    def fake_child(cmd: list[str]) -> tp.ChildRun:
+        calls.append(cmd)
+        return tp.ChildRun(_child_result(next(medians), len(calls)), "", 0, False)
+
+    monkeypatch.setattr(tp, "run_child", fake_child)
+    over = {"throughput.repeats": "auto", "throughput.telemetry": False}
+    result = tp.run_throughput(resolve(overrides=over), NullProgress(), NullProbe())
+    plan = result.data["replicate_plan"]
+    assert len(calls) == 3 and plan["stop"] == "target" and plan["replicates"] == 3
+    assert "3 replicates: median known to" in plan["message"]
+    assert sorted(set(result.measurements["train.bs4.step"].replicate)) == [0, 1, 2]
+    assert not any(w.get("code") == "repro_target" for w in result.warnings)
+
+
+def test_auto_replicates_that_run_out_of_budget_warn_with_a_reachable_count(monkeypatch) -> None:
+    from mlbaseline.config import resolve
+    from mlbaseline.measure.gpu import NullProbe
+    from mlbaseline.progress import NullProgress
+    from mlbaseline.runners import throughput as tp
+
+    medians = iter([0.10, 0.13, 0.09, 0.12, 0.11, 0.10, 0.14, 0.1, 0.1, 0.1])
+    monkeypatch.setattr(
+        tp, "run_child", lambda cmd: tp.ChildRun(_child_result(next(medians), 0), "", 0, False)
+    )
+    over = {"throughput.repeats": "auto", "throughput.telemetry": False}
+    over["throughput.max_repeats"] = 4
+    result = tp.run_throughput(resolve(overrides=over), NullProgress(), NullProbe())
+    plan = result.data["replicate_plan"]
+    assert plan["stop"] == "max" and plan["replicates"] == 4
+    warning = next(w for w in result.warnings if w.get("code") == "repro_target")
+    assert warning["needed"] > 4 and f"~{warning['needed']}" in warning["message"]

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.cli.throughput import REPEATS_HELP, parse_repeats
 from mlbaseline.config import Config
 from mlbaseline.results import Result
 
@@ -66,8 +67,16 @@ SkipOpt = Annotated[
 ]
 
 
+RepeatsOpt = Annotated[str | None, typer.Option("--repeats", help=REPEATS_HELP, show_default=False)]
+
+
 @command("run", output=RunOutputOpt, data=DATA_HELP)
-def run(common: CommonOptions, ignore_env: IgnoreEnvOpt = False, skip: SkipOpt = None) -> None:
+def run(
+    common: CommonOptions,
+    ignore_env: IgnoreEnvOpt = False,
+    skip: SkipOpt = None,
+    repeats: RepeatsOpt = None,
+) -> None:
     """The whole baseline in one go: env-check → (subset) → dataloader → throughput → latency →
     report.
 
@@ -80,7 +89,10 @@ def run(common: CommonOptions, ignore_env: IgnoreEnvOpt = False, skip: SkipOpt =
     mlb-results/second/baseline.json)
     """
 
-    overrides = {"subset.source": str(common.data) if common.data else None}
+    overrides = {
+        "subset.source": str(common.data) if common.data else None,
+        "throughput.repeats": parse_repeats(repeats),
+    }
     skipped = {s.strip() for s in (skip or "").split(",") if s.strip()}
     done: dict[str, Any] = {}  # the folder and the report, for the summary
 
