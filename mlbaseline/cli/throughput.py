@@ -172,9 +172,16 @@ def compile_lines(result: Result) -> list[str]:
     ]
 
 
+def replicate_lines(result: Result) -> list[str]:
+    """How many fresh processes `repeats: auto` took and why it stopped (or why it ran one)."""
+    plan = result.data.get("replicate_plan") or {}
+    text = plan.get("message") or plan.get("reason")
+    return [f"replicates: {text}"] if text else []
+
+
 def print_summary(ui: Ui, result: Result) -> None:
     ui.print(summary_table(result))
-    for line in noise_lines(result) + compile_lines(result):
+    for line in replicate_lines(result) + noise_lines(result) + compile_lines(result):
         ui.print(f"[dim]{escape(line)}[/dim]")
     trace = trace_table(result)
     if trace is not None:
