@@ -18,6 +18,8 @@ the same run, interleaved (A B, B A, …), because this machine is shared and it
 - time: wall time of `mlb run --profile demo`, the whole baseline.
 - api: the library API's cost per step and per stage block, beside the same loop
   uninstrumented (`bench/bench_api.py`).
+- history: 10,000 results into the history store, then `mlb history check` over them, on SQLite
+  and PostgreSQL: wall time and memory (`bench/bench_history.py`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from bench_ab import ab
 from bench_api import api as api_overhead  # the library API's cost per step
 from bench_common import BENCH, Row, interleave, mib, ms, pct, run_child, secs
 from bench_drift import drift
+from bench_history import history  # the history store: 10,000 results, then check
 from bench_noise import noise
 from bench_repro import repro
 
@@ -525,4 +528,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "compare": compare,
     "time": time_to_result,
     "api": api_overhead,
+    "history": history,
 }

@@ -23,6 +23,7 @@ def test_sections_cover_every_figure_the_issues_ask_for():
     required = {"accuracy", "overhead", "repro", "scale", "compare", "time"}  # the first issues
     required |= {"drift", "ab", "noise"}  # reproducible on a noisy machine
     required |= {"api"}  # real projects
+    required |= {"history"}  # baseline history
     assert required <= set(bench_sections.SECTIONS)
     assert all(callable(fn) for fn in bench_sections.SECTIONS.values())
 

@@ -1,7 +1,7 @@
 """The history store on a real PostgreSQL server, started by the suite itself.
 
 pytest-postgresql's executor runs initdb / pg_ctl on a temporary folder and a free loopback
-port (through tests/pg/pg_ctl_unprivileged.py, which drops root to the `postgres`
+port (tests/pg/server.py, through pg_ctl_unprivileged.py, which drops root to the `postgres`
 user). Where no server can be started the tests skip and say why; with MLB_REQUIRE_PG=1
 (.ci/run sets it) that skip is a failure instead.
 """
@@ -12,21 +12,16 @@ import itertools
 import json
 import multiprocessing as mp
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
-import port_for
 import pytest
 import sqlalchemy as sa
 from history_fakes import stamp, synthetic, write
-from pytest_postgresql.executors import PostgreSQLExecutor
+from pg.server import create_database, drop_database, running_server
 from test_history_store import _record
 
 from mlbaseline.history.store import StoreError, open_store
 
-PG_CTL = Path(__file__).parent / "pg" / "pg_ctl_unprivileged.py"
 REQUIRED = os.environ.get("MLB_REQUIRE_PG") == "1"
 _names = itertools.count()
 
@@ -39,50 +34,27 @@ def _unavailable(why: str) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """'postgresql://user@host:port' of the suite's own server: pytest-postgresql's
-    executor (the one its `postgresql_proc` fixture wraps) on a folder of its own under /tmp —
-    not under pytest's basetemp, whose root every pytest session resets to mode 0700, which
-    would cut the unprivileged server off from its data while a parallel session starts."""
-    base = Path(tempfile.mkdtemp(prefix="mlb-pg-"))
-    executor = PostgreSQLExecutor(
-        executable=str(PG_CTL),
-        host="127.0.0.1",
-        port=port_for.select_random(),
-        datadir=str(base / "data"),
-        unixsocketdir=str(base),
-        logfile=str(base / "postgresql.log"),
-        startparams="-w",
-        dbname="postgres",
-        timeout=60,
-    )
+    """'postgresql://user@host:port' of the suite's own server (see tests/pg/server.py)."""
     try:
-        executor.start()
+        server = running_server()
+        url = server.__enter__()
     except Exception as exc:  # no binaries, no postgres user, port trouble: say which
-        shutil.rmtree(base, ignore_errors=True)
         _unavailable(f"no PostgreSQL server could be started ({type(exc).__name__}: {exc})")
     try:
-        yield f"postgresql://{executor.user}@127.0.0.1:{executor.port}"
+        yield url
     finally:
-        executor.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        server.__exit__(None, None, None)
 
 
 @pytest.fixture
 def pg_url(pg_server: str) -> Iterator[str]:
     """A fresh, empty database on the suite's server for one test."""
     name = f"mlb_history_{os.getpid()}_{next(_names)}"
-    admin = sa.create_engine(
-        f"{pg_server.replace('postgresql://', 'postgresql+psycopg://')}/postgres",
-        isolation_level="AUTOCOMMIT",
-    )
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))  # a name made here, not input
+    url = create_database(pg_server, name)
     try:
-        yield f"{pg_server}/{name}"
+        yield url
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(pg_server, name)
 
 
 def test_the_same_store_on_postgresql(pg_url):

@@ -138,11 +138,9 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
 
 
 def _sqlite_engine(path: Path) -> Engine:
-    engine = sa.create_engine(
-        f"sqlite:///{path}",
-        connect_args={"timeout": BUSY_TIMEOUT_S},
-        poolclass=sa.pool.NullPool,  # one connection per use: nothing held between commands
-    )
+    # the pool keeps the connection open for the life of the Store: closing the last one
+    # checkpoints the WAL into the database, which is not something to do after every insert
+    engine = sa.create_engine(f"sqlite:///{path}", connect_args={"timeout": BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
