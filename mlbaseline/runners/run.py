@@ -18,6 +18,7 @@ from typing import Any
 
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError, OutputExistsError
+from mlbaseline.measure.contamination import CpuAccount
 from mlbaseline.measure.gpu import GpuProbe
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Result, utc_now, write_result
@@ -66,6 +67,7 @@ class _Run:
     force: bool
     baseline: Result
     results: dict[str, Result] = field(default_factory=dict)
+    account: CpuAccount | None = None  # foreign CPU share per phase, for baseline.json
 
     def record(self, phase: str, result: Result) -> None:
         """Write the phase result, fold it into baseline.json, and save that too."""
@@ -205,13 +207,33 @@ def _run_phases(run: _Run, phases: list[str], ignore_env: bool, outcome: RunOutc
 # (KeyboardInterrupt, or a runner's result marked interrupted) stops it.
 def _run_phase(run: _Run, phase: str, sampler: Any) -> bool:
     runner = _RUNNERS[phase]
+    run.account = run.account or CpuAccount(run.cfg.throughput.contamination_cores)
     try:
-        result = runner(run, sampler)
+        with run.account.phase(phase):
+            result = runner(run, sampler)
     except MlbError as exc:
         run.fail_phase(phase, exc.message)
         return phase != "env-check"
+    _account_phase(run, phase, result)
     run.record(phase, result)
     return result.status != "interrupted"
+
+
+def _account_phase(run: _Run, phase: str, result: Result) -> None:
+    """baseline.json's CPU account of every phase so far; a phase that has no account of its
+    own (all but throughput) warns here when other programs used more than the limit."""
+    assert run.account is not None
+    run.baseline.data["contamination"] = run.account.to_dict()
+    last = run.account.phases[-1]
+    limit = run.account.threshold_cores
+    if "contamination" not in result.data and last["foreign_cores"] > limit:
+        result.warn(
+            "contaminated",
+            f"contaminated: other programs used {last['foreign_cores']:.2f} cores during "
+            f"{phase} (limit {limit:g}): its figures include their load",
+            value=last["foreign_cores"],
+            threshold=limit,
+        )
 
 
 def _env_check(run: _Run, sampler: Any) -> Result:
