@@ -5,7 +5,9 @@ clipping, a learning-rate schedule and a custom collate function.
 
 Every line added or changed for mlb ends with `# mlb` (fewer than 15;
 `tests/test_api_example.py` counts them); the code under a `with bl.stage(...)` line is the
-loop's own, one level deeper. The
+loop's own, one level deeper. `grad_accum` makes each optimizer step (ACCUM batches) one
+measured step; it and `amp` are recorded in the result like `mlb throughput`'s
+`workload.grad_accum` / `workload.amp`, so a change of either makes two results not comparable. The
 result is an ordinary `throughput` result file:
 
     python examples/own_loop.py -o mlb-results/own-before.json
@@ -87,10 +89,11 @@ def main(argv: list[str] | None = None) -> Path | None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
         loss_fn = nn.CrossEntropyLoss()
-        bl = Baseline("own-loop", args.batch_size * ACCUM, device, config=args.mlb_config)  # mlb
+        loop = dict(grad_accum=ACCUM, amp=str(amp_dtype).removeprefix("torch."))  # mlb
+        bl = Baseline("own-loop", args.batch_size, device, config=args.mlb_config, **loop)  # mlb
         model.train()
         for _epoch in range(args.epochs):
-            for i, (images, labels) in enumerate(bl.data(loader, per_step=ACCUM)):  # mlb
+            for i, (images, labels) in enumerate(bl.data(loader)):  # mlb
                 if bl.done:  # mlb
                     break  # mlb
                 with bl.stage("h2d"):  # mlb

@@ -221,6 +221,29 @@ def test_per_step_groups_micro_batches_into_one_step_without_a_step_block():
         next(bl.data(range(3), per_step=0))
 
 
+def test_grad_accum_is_the_clis_one_step_per_optimizer_step(tmp_path):
+    """`grad_accum=N`: bl.data() groups N batches into a step of N × B samples, recorded as
+    `mlb throughput` records workload.grad_accum (a comparability key), amp too."""
+    from mlbaseline.errors import ConfigError
+
+    clock = ManualClock()
+    bl = baseline(clock, grad_accum=3, amp="bfloat16")
+    for _b in bl.data(fake_loader(clock, 0.001)):
+        if bl.done:
+            break
+        with bl.stage("forward"):
+            clock.advance(0.002)
+    assert bl.loop.records[0].samples == 48
+    assert bl.loop.records[0].times.stages["forward"] == pytest.approx(0.006)
+    r = load_result(bl.save(tmp_path / "acc.json"))
+    train = r.data["batch_sizes"]["16"]["train"]
+    assert train["grad_accum"] == 3 and train["samples_per_step"] == 48
+    assert r.config["workload"]["grad_accum"] == 3 and r.config["workload"]["amp"] == "bfloat16"
+    assert r.measurements["train.bs16.samples_per_s"].values[0] == pytest.approx(48 / 0.009)
+    with pytest.raises(ConfigError, match=r"workload\.amp"):
+        baseline(clock, amp="float8")
+
+
 def test_without_a_step_block_a_step_runs_from_one_next_to_the_next():
     clock = ManualClock()
     bl = baseline(clock)

@@ -64,8 +64,11 @@ def test_the_examples_result_goes_through_compare_and_report(tmp_path):
     assert written == own
     result = load_result(own, ["throughput"])
     assert result.data["stages"] == ["data_wait", "h2d", "forward", "backward", "optimizer"]
-    assert result.data["batch_sizes"]["8"]["stop_reason"] == "max_steps"  # 2 × 4 per step
-    assert result.measurements["train.bs8.optimizer"].values[0] > 0  # one per accumulation
+    entry = result.data["batch_sizes"]["4"]
+    assert entry["stop_reason"] == "max_steps"
+    assert entry["train"]["grad_accum"] == 2 and entry["train"]["samples_per_step"] == 8
+    assert result.config["workload"]["amp"] == "bfloat16"  # autocast on CPU
+    assert result.measurements["train.bs4.optimizer"].values[0] > 0  # once per 2 batches
 
     runner = CliRunner()
     res = runner.invoke(app, ["compare", str(own), str(own), "--json", "--quiet"])
@@ -73,7 +76,7 @@ def test_the_examples_result_goes_through_compare_and_report(tmp_path):
     doc = json.loads(res.stdout)
     compared = json.dumps(doc)
     for stage in ("forward", "backward", "optimizer", "residual"):
-        assert f"train.bs8.{stage}" in compared
+        assert f"train.bs4.{stage}" in compared
 
     out = tmp_path / "report"
     res = runner.invoke(app, ["report", str(own), "-o", str(out), "--quiet"])

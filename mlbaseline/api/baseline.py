@@ -85,8 +85,11 @@ class _StepBlock:
 class Baseline:
     """Measure the user's own training loop at one batch size; see the module docstring.
 
-    `batch_size`: samples per step in this process (the `train.bs{B}` group; default
-    `golden.batch_size`); `bl.step(samples=n)` overrides it for one step. The config is the
+    `batch_size`: samples per batch in this process (the `train.bs{B}` group, as in
+    `mlb throughput`; default `golden.batch_size`); `grad_accum`: batches per step (an
+    optimizer step over N micro-batches: `bl.data()` groups them, and a step counts N × B
+    samples; `bl.step(samples=n)` overrides it for one step); `amp`: the autocast dtype the
+    loop uses (recorded: like `grad_accum` a comparability key). The config is the
     CLI's (`config`: a `Config` or a YAML path; `profile`; `overrides` by dotted path, e.g.
     `{"throughput.min_time_s": 2}`): its throughput section is the warm-up and stop rule, its
     golden section the comparability keys. `stages`: the stage names in the order the result
@@ -106,11 +109,15 @@ class Baseline:
         timer: StageTimer | None = None,
         probe: GpuProbe | None = None,
         stages: Iterable[str] = (),
+        grad_accum: int | None = None,
+        amp: str | None = None,
     ) -> None:
-        cfg = _config(name, batch_size, device, config, profile, overrides)
+        mine = {"workload.grad_accum": grad_accum, "workload.amp": amp, **(overrides or {})}
+        cfg = _config(name, batch_size, device, config, profile, mine)
         self.name, self.cfg = name, cfg
-        self.device = resolve_device(device or cfg.workload.device)
-        self.batch_size = int(batch_size or cfg.golden.batch_size)
+        self.device = resolve_device(cfg.workload.device)
+        self.batch_size = cfg.golden.batch_size
+        self.grad_accum = cfg.workload.grad_accum
         self.clock = clock or PerfClock()
         self.timer = timer or make_timer(self.device, self.clock)
         self._ranks = _Ranks.detect(self.device, cfg.golden.seed)
@@ -185,12 +192,13 @@ class Baseline:
         self._stages[name] = None
         return self.timer.stage(name)
 
-    def data(self, iterable: Iterable[B], per_step: int = 1) -> Iterator[B]:
+    def data(self, iterable: Iterable[B], per_step: int | None = None) -> Iterator[B]:
         """Iterate `iterable`, timing each `next()` as the stage `data_wait`. Outside a step
         block a `next()` begins a step, which ends at the `next()` after `per_step` items
-        (gradient accumulation: `per_step` micro-batches per optimizer step) unless a
-        `with bl.step():` block ends it first; inside a step block it adds to that step. An
-        epoch's end drops a step it leaves unfinished."""
+        (gradient accumulation: `per_step` micro-batches per optimizer step; default
+        `grad_accum`) unless a `with bl.step():` block ends it first; inside a step block it
+        adds to that step. An epoch's end drops a step it leaves unfinished."""
+        per_step = self.grad_accum if per_step is None else per_step
         if per_step < 1:
             raise UsageError(f"bl.data(per_step={per_step}): must be >= 1")
         it = iter(iterable)
@@ -230,7 +238,7 @@ class Baseline:
         self._state = _NO_STEP
         times = self.timer.end_step()
         self.meter.update()
-        n = self.batch_size if samples is None else samples
+        n = self.batch_size * self.grad_accum if samples is None else samples
         self.loop.end(StepRecord(times, n), times.total_s)
         if self.loop.done:
             self._close_window()
@@ -289,6 +297,7 @@ class Baseline:
             memory_kind=self.meter.kind,
             world_size=world,
             rank=rank,
+            accum=self.grad_accum,
         )
         parts = [(rank or 0, run.metrics(), run.info())]
         if self._ranks is not None:
@@ -356,25 +365,33 @@ def _config(
     device: str | None,
     config: Config | str | Path | None,
     profile: str | None,
-    overrides: Mapping[str, Any] | None,
+    overrides: Mapping[str, Any],
 ) -> Config:
-    """The CLI's config (same precedence), with what the API knows better set on it: the
-    batch size, the device, and the model (the user's, named `api:NAME`)."""
+    """The CLI's config (same precedence, same validation), with what the API knows better
+    set on it: the batch size, the device, the model (the user's, named `api:NAME`), and one
+    batch size trained in this process."""
     if isinstance(config, Config):
         merged = config.to_dict()
-        for dotted, value in (overrides or {}).items():
-            merged = deep_merge(merged, nest(dotted, value))
+        for dotted, value in overrides.items():
+            if value is not None:
+                merged = deep_merge(merged, nest(dotted, value))
         cfg = build(Config, merged)
     else:
         cfg = resolve(Path(config) if config else None, profile, overrides)
-    golden = dataclasses.replace(cfg.golden, batch_size=batch_size or cfg.golden.batch_size)
-    workload = dataclasses.replace(
-        cfg.workload, model=f"api:{name}", device=device or cfg.workload.device
-    )
-    throughput = dataclasses.replace(
-        cfg.throughput, mode="train", batch_sizes=[golden.batch_size], nproc=1, repeats=1
-    )
-    return dataclasses.replace(cfg, golden=golden, workload=workload, throughput=throughput)
+    size = batch_size or cfg.golden.batch_size
+    mine = {
+        "golden.batch_size": size,
+        "workload.model": f"api:{name}",
+        "workload.device": device or cfg.workload.device,
+        "throughput.mode": "train",
+        "throughput.batch_sizes": [size],
+        "throughput.nproc": 1,
+        "throughput.repeats": 1,
+    }
+    merged = cfg.to_dict()
+    for dotted, value in mine.items():
+        merged = deep_merge(merged, nest(dotted, value))
+    return build(Config, merged)
 
 
 Part = tuple[int, list[Metric], dict[str, Any]]
