@@ -52,3 +52,14 @@ def test_noise_in_the_golden_result_is_recomputable_from_its_raw_values(name):
     assert r.data["noise"] == result_noise(r, build(CompareConfig, r.config["compare"]))
     step = r.data["noise"]["train.bs8.step"]
     assert step["processes"] == 6 and 0 <= step["between_share"] <= 1 and step["mde"] > 0
+
+
+def test_report_shows_the_mde_per_stage_and_where_the_noise_lies(tmp_path):
+    from mlbaseline.report.render import render_report
+
+    out = tmp_path / "report"
+    render_report([load_result(GOLDEN / "replicated_noisy.json")], out)
+    md = next(out.glob("*.md")).read_text(encoding="utf-8")
+    assert "Minimum detectable effect (MDE)" in md and "| between share |" in md
+    step = load_result(GOLDEN / "replicated_noisy.json").data["noise"]["train.bs8.step"]
+    assert f"{100 * step['mde']:.1f}%" in md

@@ -97,8 +97,38 @@ def section_stages(ctx: ReportContext) -> list[str]:
     if not gs:
         return lines + not_measured("no stage-decomposed training step")
     lines += stage_table(gs, "batch size", lambda g: g.label)
+    lines += noise_table(ctx.of_kind("throughput"), gs)
     lines += figure(ctx, "stages", "stage breakdown per batch size")
     return lines
+
+
+def noise_table(results: Sequence[Result], gs: Sequence[Group]) -> list[str]:
+    """Per group with fresh-process replicates (`data["noise"]`, stats.noise): the MDE of a
+    compare of two such runs per stage and for the step, and where the step's noise lies."""
+    noise = {k: v for r in results for k, v in (r.data.get("noise") or {}).items()}
+    names = list(dict.fromkeys(s for g in gs for s in g.stages))
+    rows = []
+    for g in gs:
+        step = noise.get(f"{g.prefix}.step")
+        if step is None:
+            continue
+        cells = [pct(noise[f"{g.prefix}.{s}"]["mde"]) if f"{g.prefix}.{s}" in noise else "–"
+                 for s in names]  # fmt: skip
+        rows.append([g.label, str(step["processes"]), *cells, pct(step["mde"]),
+                     pct(step["between_share"]), pct(step["within_sd"]),
+                     pct(step["between_sd"])])  # fmt: skip
+    if not rows:
+        return []
+    headers = ["batch size", "processes", *(s.replace("_", " ") for s in names), "step",
+               "between share", "within sd", "between sd"]  # fmt: skip
+    return [
+        "Minimum detectable effect (MDE) of a compare of two runs like this one, per stage: "
+        "changes smaller than this cannot be seen (α from `compare.alpha`, power 80%, from the "
+        "spread of the per-process medians). Noise of the step: share of its variance between "
+        "processes, and the within/between-process standard deviations (log scale ≈ relative).",
+        "",
+        *table(headers, rows),
+    ]
 
 
 def stage_table(gs: Sequence[Group], key: str, label: Any) -> list[str]:
