@@ -18,7 +18,7 @@ from mlbaseline.api import Baseline
 from mlbaseline.errors import OutputExistsError, UsageError
 from mlbaseline.measure import loop as loop_mod
 from mlbaseline.measure.clock import ManualClock, busy_wait
-from mlbaseline.measure.gpu import NullProbe
+from mlbaseline.measure.gpu import GpuInfo, NullProbe
 from mlbaseline.measure.loop import StepLoop, StopRule, run_steps
 from mlbaseline.results import load_result
 
@@ -359,6 +359,24 @@ class FakeEvent:
         return (end.t - self.t) / 1e6
 
 
+class ClosingProbe(NullProbe):
+    """A probe with one GPU that it forgets once closed (as NVML does)."""
+
+    closed = False
+
+    def available(self) -> tuple[bool, str]:
+        return (not self.closed, "")
+
+    def devices(self) -> list[GpuInfo]:
+        return [] if self.closed else [GpuInfo(0, "Fake GPU", "GPU-0", 2**34, 0, 40.0)]
+
+    def driver_version(self) -> str | None:
+        return None if self.closed else "550.1"
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def test_on_cuda_stages_are_timed_by_cuda_events(monkeypatch, tmp_path):
     clock = ManualClock()
     FakeEvent.clock = clock
@@ -368,8 +386,9 @@ def test_on_cuda_stages_are_timed_by_cuda_events(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 12345)
-    bl = Baseline("gpu", 16, "cuda", overrides=OVER, clock=clock, telemetry=False,
-                  probe=NullProbe())  # fmt: skip
+    probe = ClosingProbe()
+    monkeypatch.setattr("mlbaseline.api.baseline.default_probe", lambda: probe)
+    bl = Baseline("gpu", 16, "cuda", overrides=OVER, clock=clock, telemetry=False)
     assert bl.timer.kind == "cuda"
     n = run_pattern_a(bl, clock, STAGES)
     # one synchronize at each edge of every step (+1 from the memory meter's reset)
@@ -378,6 +397,8 @@ def test_on_cuda_stages_are_timed_by_cuda_events(monkeypatch, tmp_path):
     assert r.data["timer"] == "cuda" and r.environment["blocking"]["device"] == "cuda"
     assert r.measurements["train.bs16.backward"].values[0] == pytest.approx(STAGES["backward"])
     assert r.data["batch_sizes"]["16"]["train"]["peak_memory_bytes"] == 12345
+    # the fingerprint was taken before mlb closed the probe it opened
+    assert r.environment["blocking"]["gpu_name"] == "Fake GPU" and probe.closed
 
 
 def test_telemetry_runs_while_measuring_and_lands_beside_the_result(tmp_path):

@@ -20,6 +20,7 @@ ranks stop at the same step), time the gradient all-reduce as `bl.stage("grad_sy
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -126,6 +127,7 @@ class Baseline:
             StopRule.from_config(cfg.throughput), self.clock, agree
         )
         self._own_probe = probe is None
+        self._environment: dict[str, Any] | None = None
         self.probe = probe or default_probe()
         self.meter = make_memory_meter(self.device)
         self.meter.reset()
@@ -266,12 +268,10 @@ class Baseline:
 
     def close(self) -> None:
         """End the measurement (a loop that ended before the stop rule says so) and stop the
-        telemetry sampler; `save()` and `result()` call it."""
+        telemetry sampler; `save()` and `result()` call it. The GPU probe is closed once the
+        result has taken the environment fingerprint."""
         if not self.done:
             self._stop_early(ENDED)
-        if self._own_probe:
-            self.probe.close()
-            self._own_probe = False
 
     def __enter__(self) -> Baseline:
         return self
@@ -316,7 +316,11 @@ class Baseline:
 
         cfg = self.cfg.to_dict()
         result = Result(kind="throughput", config=cfg)
-        result.environment = fingerprint(cfg, self.probe, self.device)
+        if self._environment is None:  # taken once, with the probe still open
+            self._environment = fingerprint(cfg, self.probe, self.device)
+            if self._own_probe:
+                self.probe.close()
+        result.environment = copy.deepcopy(self._environment)
         result.data = {
             "source": "api",
             "name": self.name,
