@@ -294,6 +294,24 @@ def test_the_cli_prints_compile_s_apart_and_records_it(monkeypatch, tmp_path: Pa
     assert doc["data"]["batch_sizes"]["4"]["train"]["compile_s"] > 0
 
 
+def test_the_ab_arms_compile_before_their_warmup(monkeypatch):
+    """mlb ab builds its arms with the same core: a compiled arm's first step is its
+    compile_s, outside the alternating warm-up and the pairs."""
+    from mlbaseline.runners.ab import run_ab
+
+    clock = ManualClock()
+    monkeypatch.setattr(
+        sweep, "compile_model", lambda m, w: m if w.compile == "off" else FirstCallCosts(m, clock)
+    )
+    a = cfg(**{"throughput.control_every": 0})
+    b = cfg(**{"workload.compile": "default", "throughput.control_every": 0})
+    r = run_ab(a, b, pairs=4, clock=clock, probe=NullProbe())
+    assert r.data["compile_s"] == {"a": None, "b": pytest.approx(10.0)}
+    for arm in ("a", "b"):
+        step = r.measurements[f"ab.{arm}.step"]
+        assert max(step.values + step.warmup) < 1.0
+
+
 def test_without_compile_there_is_no_compile_call(monkeypatch):
     c = cfg()
     run = sweep.train_one_size(c, build_dataset(c), 4, "cpu")

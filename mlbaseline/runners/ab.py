@@ -39,7 +39,7 @@ from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Metric, Result
 
 # the one place a training step is built from a config (the throughput sweep's own helper)
-from mlbaseline.runners.sweep import build_step
+from mlbaseline.runners.sweep import build_step, compile_first
 from mlbaseline.stats.paired import min_wilcoxon_p, pairs_reachable
 from mlbaseline.workloads.factory import build_dataset
 
@@ -261,11 +261,19 @@ def _check_arms(cfg_a: Config, cfg_b: Config) -> str:
     return dev_a
 
 
-def _arm_step(cfg: Config, device: str, clock: Clock | None) -> tuple[TrainStep, Batches, int]:
+def _arm_step(
+    cfg: Config, device: str, clock: Clock | None
+) -> tuple[TrainStep, Batches, int, float | None]:
+    """The arm's step, its batches, batch size and compile_s (workload.compile's first step,
+    run here: never one of the warm-up or paired steps)."""
     bs = cfg.throughput.batch_sizes[0]
     step, batches = build_step(cfg, build_dataset(cfg), bs, device, SingleProcess(), clock)
     step.model.train()
-    return step, batches, bs
+    try:
+        return step, batches, bs, compile_first(step, cfg, clock)
+    except BaseException:
+        batches.close()
+        raise
 
 
 def _with_threads(step: TrainStep, threads: int | None) -> Callable[[], StepRecord]:
@@ -319,7 +327,7 @@ def run_ab(
             )
     finally:
         torch.set_num_threads(threads)  # the arms' thread counts end with the run
-        for _, batches, _ in arms.values():
+        for _, batches, *_ in arms.values():
             batches.close()
     meta = {
         "device": device,
@@ -327,6 +335,7 @@ def run_ab(
         "budget_s": budget_s,
         "warmup_steps": warmup,
         "batch_size": {"a": arms["a"][2], "b": arms["b"][2]},
+        "compile_s": {"a": arms["a"][3], "b": arms["b"][3]},
         "planned_order": order,
         "stages_recorded": list(RECORDED),
     }

@@ -112,10 +112,7 @@ def train_one_size(
         return record
 
     try:
-        if cfg.workload.compile != "off":
-            # the compiling first step is timed on its own: neither warm-up nor measured
-            _quiet_cpp_extension_log()  # inductor imports cpp_extension too
-            compile_s = first_call(step, clock or PerfClock())
+        compile_s = compile_first(step, cfg, clock)
         meter.reset()
         loop = run_steps(
             measured_step,
@@ -148,6 +145,15 @@ def train_one_size(
         compile_s=compile_s,
         accum=step.accum,
     )
+
+
+def compile_first(step: TrainStep, cfg: Config, clock: Clock | None) -> float | None:
+    """Under workload.compile, run the compiling first step on its own and return its seconds
+    (`compile_s`): it is then neither a warm-up nor a measured step. None when not compiled."""
+    if cfg.workload.compile == "off":
+        return None
+    _quiet_cpp_extension_log()  # inductor imports cpp_extension too
+    return first_call(step, clock or PerfClock())
 
 
 def build_step(
@@ -374,6 +380,8 @@ class SweepState:
 __all__ = [
     "InferRun",
     "SweepState",
+    "build_step",
+    "compile_first",
     "infer_one_size",
     "make_loader",
     "materialize",
