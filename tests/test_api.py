@@ -434,3 +434,23 @@ def test_the_stop_rules_window_test_is_numpys(values, n_windows, window, toleran
         center = float(np.mean(meds))
         expected = bool(np.all(np.abs(meds - center) <= tolerance * abs(center)))
     assert stats.windows_stable(values, n_windows, window, tolerance) == expected
+
+
+def test_what_the_loop_declares_is_a_comparability_key(tmp_path):
+    """An API result with `amp="bfloat16"` and one without are not comparable (exit 3), as two
+    `mlb throughput` results with different workload.amp are."""
+    from typer.testing import CliRunner
+
+    from mlbaseline.cli import app
+
+    paths = []
+    for amp in ("off", "bfloat16"):
+        clock = ManualClock()
+        bl = baseline(clock, amp=amp)
+        while not bl.done:
+            with bl.step(), bl.stage("forward"):
+                clock.advance(0.01)
+        paths.append(str(bl.save(tmp_path / f"{amp}.json")))
+    res = CliRunner().invoke(app, ["compare", *paths, "--quiet"])
+    assert res.exit_code == 3
+    assert "workload.amp: off → bfloat16" in res.stderr
