@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from mlbaseline.runners.distributed import (
     torchrun_env,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 ENV = {
     "RANK": "3",
     "WORLD_SIZE": "4",
@@ -118,44 +120,84 @@ MLB_ARGS = [
 ]
 
 
-@pytest.mark.slow
-def test_two_torchrun_nodes_pool_into_one_result_on_rank_0(tmp_path):
-    port = _free_port()
-    procs = []
-    for node in (0, 1):
-        cwd = tmp_path / f"node{node}"  # two "machines": no shared folder
-        cwd.mkdir()
-        launcher = [
-            *_torchrun(),
-            *("--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node)),
-            *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
-            *("--rdzv-conf", "join_timeout=60", "--max-restarts", "0"),
-        ]
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-        procs.append(
-            subprocess.Popen(
-                [*launcher, "-m", "mlbaseline", *MLB_ARGS],
+class TwoNodes:
+    """Two torchrun invocations (2 nodes × 1 process) rendezvousing on 127.0.0.1, each in its
+    own folder (two "machines": no shared file system), their output read by threads."""
+
+    def __init__(self, tmp_path: Path, args: list[str]) -> None:
+        port = _free_port()
+        self.written = threading.Event()  # a rank 0 said "result written to"
+        self.ended = threading.Event()  # one torchrun closed its output (it is exiting)
+        self.done: list[subprocess.Popen] = []
+        self.procs, self.logs, self.readers = [], [], []
+        for node in (0, 1):
+            cwd = tmp_path / f"node{node}"
+            cwd.mkdir()
+            launcher = [
+                *_torchrun(),
+                *("--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node)),
+                *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"),
+                *("--rdzv-conf", "join_timeout=60", "--max-restarts", "0"),
+            ]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [ROOT, ROOT / "tests"]))}
+            proc = subprocess.Popen(
+                [*launcher, "-m", "mlbaseline", *args],
                 cwd=cwd,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                start_new_session=True,  # its own process group: killed whole on a timeout
+                start_new_session=True,  # its own process group: killed whole at the end
             )
-        )
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=240)[0])
-    finally:
-        for p in procs:
+            self.procs.append(proc)
+            self.logs.append([])
+            reader = threading.Thread(target=self._read, args=(proc, self.logs[-1]), daemon=True)
+            reader.start()
+            self.readers.append(reader)
+
+    def _read(self, proc: subprocess.Popen, lines: list[str]) -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "result written to" in line:
+                self.written.set()
+        self.done.append(proc)
+        self.ended.set()
+
+    def log(self) -> str:
+        return "\n".join("".join(lines) for lines in self.logs)
+
+    def wait(self, timeout: float = 240) -> list[int | None]:
+        for reader in self.readers:
+            reader.join(timeout)
+        codes = []
+        for p in self.procs:
+            try:
+                codes.append(p.wait(30))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        return codes
+
+    def kill(self) -> None:
+        for p in self.procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
-    written = [tmp_path / f"node{n}" / "tp.json" for n in (0, 1)]
-    assert sum(p.exists() for p in written) == 1, "only rank 0 writes the result"
-    doc = json.loads(next(p for p in written if p.exists()).read_text())
+            p.wait()
+
+    def results(self, tmp_path: Path) -> list[Path]:
+        return [f for f in (tmp_path / f"node{n}" / "tp.json" for n in (0, 1)) if f.exists()]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_pool_into_one_result_on_rank_0(tmp_path):
+    nodes = TwoNodes(tmp_path, MLB_ARGS)
+    try:
+        codes = nodes.wait()
+    finally:
+        nodes.kill()
+    assert codes == [0, 0], nodes.log()
+    written = nodes.results(tmp_path)
+    assert len(written) == 1, "only rank 0 writes the result"
+    doc = json.loads(written[0].read_text())
     d = doc["data"]["distributed"]
     assert d["launcher"] == "torchrun (external)" and d["backend"] == "gloo"
     assert (d["nnodes"], d["nproc_per_node"], d["world_size"]) == (2, 1, 2)
@@ -174,3 +216,36 @@ def test_two_torchrun_nodes_pool_into_one_result_on_rank_0(tmp_path):
     assert sorted(set(ms["train.bs4.ddp.step"]["rank"])) == [0, 1]
     entry = doc["data"]["batch_sizes"]["4"]
     assert entry["train"]["ranks"] == [0, 1] and "inference" in entry  # inference: rank 0
+
+
+@pytest.mark.slow
+def test_a_failing_rank_ends_the_run_and_rank_0_keeps_what_was_pooled(tmp_path):
+    # both ranks run out of memory at batch size 8 (a fake OOM above 4): the run stops there
+    args = [
+        *(a for a in MLB_ARGS if a not in ("--quiet",)),
+        *("--batch-sizes", "2,8,4", "--mode", "train", "--set", "throughput.sync_mode=allreduce"),
+        *("--set", "workload.model=workloads_slow:slow_model"),
+        *("--set", "workload.model_kwargs={oom_above: 4}"),
+        *("--set", "workload.dataset=workloads_slow:slow_dataset"),
+        *("--set", "workload.dataset_kwargs={n: 64}"),
+    ]
+    nodes = TwoNodes(tmp_path, args)
+    try:
+        # rank 0 writes before torchrun's exit barrier, where its agent waits for the failed
+        # node's agent (torchrun's own 300 s): the test ends both then
+        assert nodes.written.wait(240), nodes.log()
+        assert nodes.ended.wait(60), nodes.log()
+        first = nodes.done[0].wait(30)  # the node whose rank failed
+    finally:
+        nodes.kill()
+    assert first == 1, nodes.log()
+    assert "Error: rank 1: OutOfMemoryError" in nodes.log()
+    (written,) = nodes.results(tmp_path)
+    doc = json.loads(written.read_text())
+    sizes = doc["data"]["batch_sizes"]
+    assert sizes["2"]["status"] == "ok" and sizes["2"]["train"]["ranks"] == [0, 1]
+    assert sizes["8"]["status"] == "oom"
+    assert sizes["4"]["status"] == "error" and "not measured" in sizes["4"]["train"]["error"]
+    stopped = [w for w in doc["warnings"] if w["code"] == "torchrun_stopped"]
+    assert len(stopped) == 1 and stopped[0]["batch_size"] == 8
+    assert sorted(set(doc["measurements"]["train.bs2.step"]["rank"])) == [0, 1]

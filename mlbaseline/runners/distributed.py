@@ -667,11 +667,14 @@ def _stopped_by(run: SweepState, error: str) -> None:
         return
     if not any(isinstance(run.entry(at).get(PART[m]), dict) for m in modes):
         run.failed(at, "train", RuntimeError(error))
-    rest = ", ".join(map(str, sizes[sizes.index(at) + 1 :])) or "none"
+    rest = sizes[sizes.index(at) + 1 :]
+    for b in rest:  # recorded as not measured, not left looking like a size that went well
+        run.failed(b, "train", RuntimeError(f"not measured: the run stopped at batch size {at}"))
     run.result.warn(
         "torchrun_stopped",
         f"torchrun: the run stopped at batch size {at} ({error}); not measured after it: "
-        f"{rest} (a failed rank ends a torchrun run on every node)",
+        f"{', '.join(map(str, rest)) or 'none'} (a failed rank ends a torchrun run on every "
+        "node: torchrun cannot restart one batch size)",
         error=error,
         batch_size=at,
     )
