@@ -97,6 +97,7 @@ def test_stages_add_up_to_the_step_with_the_residual_shown(tmp_path):
     )
     checks = {c.name: c.status for c in result.verdict.checks}
     assert checks == {"train.bs16.stop_rule": "pass", "train.bs16.residual": "pass"}
+    assert "telemetry_window_s" not in train and "telemetry" not in result.data  # it was off
     rate = m["train.bs16.samples_per_s"].values[0]
     assert rate == pytest.approx(16 / m["train.bs16.step"].values[0])
 

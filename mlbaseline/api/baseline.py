@@ -231,8 +231,8 @@ class Baseline:
     # ------------------------------------------------------------ step edges
 
     def _begin(self) -> None:
-        if not self._window:
-            self._window.append(self._telemetry_t())
+        if not self._window and self.sampler is not None:
+            self._window.append(self.sampler.elapsed_s())
         self.loop.begin()
         self.timer.begin_step()
 
@@ -255,13 +255,11 @@ class Baseline:
         self.loop.end_early(reason)
         self._close_window()
 
-    def _telemetry_t(self) -> float:
-        return self.sampler.elapsed_s() if self.sampler is not None else 0.0
-
     def _close_window(self) -> None:
-        if len(self._window) == 1:
-            self._window.append(self._telemetry_t())
+        # [first step, end] on the sampler's clock: the report's share of this loop's timeline
         if self.sampler is not None:
+            if len(self._window) == 1:
+                self._window.append(self.sampler.elapsed_s())
             self.sampler.stop()
 
     # ------------------------------------------------------------ the result
