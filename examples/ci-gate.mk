@@ -29,3 +29,24 @@ perf-gate:
 		*) echo "perf-gate: mlb compare failed (exit $$rc)" ;; \
 	esac; \
 	exit $$rc
+
+# Against the history instead of one file: `mlb history gate` judges CANDIDATE against the last
+# GATE_LAST comparable baselines of its branch in the history store (every `mlb run` records its
+# result there; MLB_HISTORY=postgresql://user@host/db shares one store between CI runners), the
+# spread between those baselines counted as measured noise. Same exit codes; 3 also when the
+# history holds nothing comparable yet.
+#
+#   make -f examples/ci-gate.mk perf-gate-history CANDIDATE=mlb-results/new/baseline.json
+GATE_LAST ?= 5
+
+.PHONY: perf-gate-history
+perf-gate-history:
+	@$(MLB) history gate "$(CANDIDATE)" --last $(GATE_LAST) --fail-on $(FAIL_ON) \
+		$(COMPARE_FLAGS); rc=$$?; \
+	case $$rc in \
+		0) echo "perf-gate-history: no regression against the last $(GATE_LAST) baselines" ;; \
+		1) echo "perf-gate-history: REGRESSION against the history" ;; \
+		3) echo "perf-gate-history: NOT COMPARABLE, or nothing comparable in the history yet" ;; \
+		*) echo "perf-gate-history: mlb history gate failed (exit $$rc)" ;; \
+	esac; \
+	exit $$rc
