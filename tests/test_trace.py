@@ -244,3 +244,14 @@ def test_cli_trace_table_and_file(tmp_path):
     assert "profiler cross-check (--trace)" in res.stderr
     doc = json.loads((tmp_path / "tp.trace.bs4.json").read_text())
     assert sum(e.get("name") == STEP_RANGE for e in doc["traceEvents"]) == 3
+
+
+def test_several_ranges_per_step_agree_gradient_accumulation():
+    # two micro-batches per step: two forward ranges per step, mlb sums both
+    window = _window({"forward": 0.005}, {"forward": 0.010}, k=5)
+    window.trace["traceEvents"] += [
+        {"ph": "X", "cat": "user_annotation", "name": "mlb.forward", "ts": 0, "dur": 5e3}
+        for _ in range(5)
+    ]
+    row = compare(window, ["forward"], 0.10)["stages"]["forward"]
+    assert row["ranges"] == 10 and row["agree"]
