@@ -32,6 +32,12 @@ from mlbaseline.config import CompareConfig
 from mlbaseline.results import Metric, Result
 
 ROLE = "control"
+METHOD = (
+    "control: NEW's time metrics divided by the control ratio (rates multiplied) when the "
+    "control moved beyond the threshold; signature: >= 3 stages of a group, data_wait or h2d "
+    "among them, all within max(threshold, |f-1|/4) of their median ratio f (or CI containing "
+    "f), |f-1| beyond the threshold: its regressed/improved verdicts held back"
+)
 SIGNATURE_MIN_STAGES = 3
 UNREACHABLE = ("data_wait", "h2d")  # stages a model/optimizer change does not touch
 MATCH_KEYS = ("kernel", "threads")
@@ -184,6 +190,7 @@ def signatures(metrics: Iterable[Any], threshold_of: Mapping[str, float]) -> lis
 
 
 __all__ = [
+    "METHOD",
     "ROLE",
     "ControlShift",
     "Signature",

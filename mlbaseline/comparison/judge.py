@@ -10,8 +10,17 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
-from mlbaseline.comparison import drift
 from mlbaseline.comparison.attribution import attribute_all
+from mlbaseline.comparison.drift import (
+    METHOD as DRIFT_METHOD,
+)
+from mlbaseline.comparison.drift import (
+    ControlShift,
+    adjusted,
+    control_names,
+    control_shift,
+    signatures,
+)
 from mlbaseline.comparison.matching import (
     Pair,
     check_thresholds,
@@ -105,10 +114,10 @@ def compare_results(
         allow_mismatch=allow_mismatch,
         same_input=same_input,
     )
-    controls = drift.control_names(old) | drift.control_names(new)
+    controls = control_names(old) | control_names(new)
     common = [n for n in _match_names(comp, old, new) if n not in controls]
-    shift = drift.control_shift(old, new, cfg, seed)
-    judged_new = drift.adjusted(new, shift.ratio, controls) if shift and shift.applied else new
+    shift = control_shift(old, new, cfg, seed)
+    judged_new = adjusted(new, shift.ratio, controls) if shift and shift.applied else new
     pairs, judged = _pairs(comp, old, judged_new, common, cfg)
     with progress.task("comparing metrics", total=len(common)) as task:
         comp.metrics = _judge(judged, old, judged_new, cfg, seed, bool(blocking))
@@ -135,11 +144,11 @@ def _with_raw(adjusted: list[MetricResult], raw: list[MetricResult]) -> list[Met
 
 
 def _drift(
-    metrics: list[MetricResult], shift: drift.ControlShift | None, cfg: CompareConfig
+    metrics: list[MetricResult], shift: ControlShift | None, cfg: CompareConfig
 ) -> tuple[list[MetricResult], dict[str, Any]]:
     """The drift record, and the metrics with every regressed/improved verdict of a group that
     shows the drift signature held back to inconclusive (see :mod:`.drift`)."""
-    sigs = drift.signatures(metrics, {m.name: m.stat.threshold for m in metrics})
+    sigs = signatures(metrics, {m.name: m.stat.threshold for m in metrics})
     held = {s.group: s for s in sigs}
     out = []
     for m in metrics:
@@ -153,7 +162,7 @@ def _drift(
         "adjusted": bool(shift and shift.applied),
         "signatures": [s.to_dict() for s in sigs],
         "machine_drift": bool(sigs) or bool(shift and shift.applied),
-        "method": drift.__doc__.split("\n\n", 1)[1].strip() if drift.__doc__ else "",
+        "method": DRIFT_METHOD,
     }
     return out, record
 

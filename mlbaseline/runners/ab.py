@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from mlbaseline import stats
-from mlbaseline.comparison import drift
+from mlbaseline.comparison.drift import signature as drift_signature
 from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import NotComparableError, UsageError
@@ -222,7 +222,7 @@ def _drift(
         note = "common-mode drift during the run; pairing cancels it"
         doc["control"] = {"samples": len(values), "late_over_early": moved, "note": note}
     rows = [(s.stage, s.ratio, s.ci_low, s.ci_high) for s in judged if s.stage in TRAIN_STAGES]
-    sig = drift.signature("ab", rows, threshold)
+    sig = drift_signature("ab", rows, threshold)
     if sig is None:
         return judged, overall, doc
     doc["signature"] = sig.to_dict()
