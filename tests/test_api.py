@@ -343,6 +343,11 @@ def test_config_object_and_overrides_and_the_model_name(tmp_path):
     assert bl.cfg.golden.seed == 7 and bl.cfg.throughput.min_steps == 3
     assert bl.cfg.golden.batch_size == 8 and bl.cfg.throughput.batch_sizes == [8]
     assert bl.cfg.workload.model == "api:named" and bl.cfg.throughput.mode == "train"
+    # no device, no config: auto (not the demo profile's cpu), so a GPU loop gets CUDA events
+    auto = Baseline("auto", 8, telemetry=False, probe=NullProbe())
+    assert auto.cfg.workload.device == "auto"
+    assert auto.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert Baseline("c", 8, config=cfg, telemetry=False, probe=NullProbe()).device == "cpu"
 
 
 class FakeEvent:

@@ -86,6 +86,8 @@ class _StepBlock:
 class Baseline:
     """Measure the user's own training loop at one batch size; see the module docstring.
 
+    `device`: where the loop runs (`cpu`, `cuda`, `cuda:N`; default the config's, or `auto`
+    without one: CUDA when there is a GPU); it picks the stage timer and memory meter.
     `batch_size`: samples per batch in this process (the `train.bs{B}` group, as in
     `mlb throughput`; default `golden.batch_size`); `grad_accum`: batches per step (an
     optimizer step over N micro-batches: `bl.data()` groups them, and a step counts N × B
@@ -384,7 +386,9 @@ def _config(
     mine = {
         "golden.batch_size": size,
         "workload.model": f"api:{name}",
-        "workload.device": device or cfg.workload.device,
+        # the loop's device picks the timer (CUDA events on a GPU); without a config of the
+        # user's the profile's (demo: cpu) would time a GPU loop with the host clock
+        "workload.device": device or (cfg.workload.device if config else "auto"),
         "throughput.mode": "train",
         "throughput.batch_sizes": [size],
         "throughput.nproc": 1,
