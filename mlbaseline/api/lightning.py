@@ -86,7 +86,9 @@ class MlbCallback(pl.Callback):
     ) -> None:
         if self.baseline is None:
             size = self.batch_size or batch_size_of(batch)
-            device = "cuda" if pl_module.device.type == "cuda" else "cpu"
+            # this rank's GPU (cuda:N) for the CUDA-event timer and memory meter; any other
+            # accelerator is timed on the host clock
+            device = str(pl_module.device) if pl_module.device.type == "cuda" else "cpu"
             self.baseline = Baseline(self.name, size, device, stages=STAGES, **self.kwargs)
         bl = self.baseline
         if bl.done:
