@@ -561,8 +561,9 @@ def record_layout(result: Any, nnodes: int, nproc_per_node: int, hostnames: list
 
 
 def _handle_stop_signals(flag: dict[str, bool]) -> dict[int, Any]:
-    """Ctrl-C reaches every rank; torchrun's agent then sends SIGTERM. Both become a flag that
-    rank 0 turns into a stop decision, so the ranks leave at the same step."""
+    """Ctrl-C reaches every rank of a node, and torchrun's agent then sends SIGTERM: both
+    become a flag that rank 0 turns into a stop decision (and every rank checks before each
+    batch size), so the ranks leave at the same step and rank 0 still pools and writes."""
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda *_: flag.__setitem__("interrupted", True))
