@@ -253,7 +253,10 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     stability, with caps. Inference: forward only under inference_mode, timed with
     torch.utils.benchmark blocked_autorange. A telemetry CSV (GPU kernel-active %, CPU, RSS,
     I/O) is written beside the result. Out of memory at one size is recorded and the sweep goes
-    on; Ctrl-C writes the result so far, marked interrupted (exit 130).
+    on; Ctrl-C writes the result so far, marked interrupted (exit 130). --trace checks the
+    stage timers against torch.profiler over K extra steps. Run by torchrun (`torchrun
+    --nnodes N ... -m mlbaseline throughput ...`), every rank of every node is pooled into one
+    result, written by rank 0 only.
 
     Example: mlb throughput --batch-sizes 8,16 --mode train -o tp.json
     """
