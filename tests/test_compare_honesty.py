@@ -216,3 +216,27 @@ def test_mde_column_and_long_reasons_under_the_markdown_table():
     assert "| p (Holm) | MDE | verdict |" in md
     assert "| inconclusive [1] |" in md
     assert "\n[1] in-process samples only: between-process noise not measured" in md
+
+
+def test_noise_threshold_carries_both_sides_variance_components():
+    """The practical threshold is max(floor, the pooled between-process CV of both sides); the
+    level says which it used and carries each side's variance components (stats.noise)."""
+    from mlbaseline.stats import noise
+
+    rng = np.random.default_rng(21)
+    old, new = noisy_result(rng, 6, between=0.10), noisy_result(rng, 6, between=0.10)
+    c = cmp.compare_results(old, new, CFG)
+    for m in by_name(c).values():
+        assert m["threshold"] == max(CFG.threshold, m["between_process_noise"])
+        assert m["threshold_source"] == (
+            SOURCE_NOISE if m["between_process_noise"] > CFG.threshold else SOURCE_FLOOR
+        )
+        sides = m["noise_components"]
+        values = old.measurements[m["metric"]]
+        expect = noise.components(values.values, values.replicate)
+        assert sides["old"] == expect.to_dict() and sides["new"]["processes"] == 6
+        assert 0 <= sides["old"]["between_share"] <= 1
+    assert {m["threshold_source"] for m in by_name(c).values()} == {SOURCE_NOISE}
+    quiet = [noisy_result(rng, 6, between=0.001, within=0.001) for _ in range(2)]
+    for m in by_name(cmp.compare_results(*quiet, CFG)).values():
+        assert m["threshold_source"] == SOURCE_FLOOR and m["threshold"] == CFG.threshold

@@ -127,3 +127,15 @@ def test_throughput_output_shows_the_mde_per_stage_compactly():
     console = Console(width=80, record=True)
     console.print(summary_table(one))
     assert noise_lines(one) == [] and "MDE" not in console.export_text()
+
+
+def test_the_control_kernel_is_not_counted_among_the_judged_metrics():
+    from mlbaseline.comparison.noise import judged_names
+    from mlbaseline.measure.control import ControlKernel
+
+    r = _result(np.random.default_rng(5), 6)
+    kernel = ControlKernel(1, work=lambda: None)
+    kernel.sample()
+    r.add_metric(kernel.metric())
+    assert judged_names(r) == ["train.bs8.step", "train.bs8.backward"]
+    assert result_noise(r, CFG)["train.bs8.step"]["metrics_judged"] == 2

@@ -145,8 +145,10 @@ def in_process_reason(level: Level, change: float, confidence: float, repeats: i
 
 def judged_names(result: Result) -> list[str]:
     """The metrics `mlb compare` would judge in a comparison of two results like this one
-    (every metric but the residuals): the k of Holm that an MDE must be stated at."""
-    return [n for n, m in result.measurements.items() if (m.meta or {}).get("role") != "residual"]
+    (every metric but the residuals and the control kernel): the k of Holm that an MDE must be
+    stated at."""
+    skip = ("residual", "control")
+    return [n for n, m in result.measurements.items() if (m.meta or {}).get("role") not in skip]
 
 
 def result_noise(result: Result, cfg: CompareConfig) -> dict[str, Any]:
