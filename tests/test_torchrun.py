@@ -18,6 +18,8 @@ from mlbaseline.comparison.matching import environment_differences
 from mlbaseline.config import resolve
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.step import DIST_STAGES
+from mlbaseline.report.markdown import render_markdown
+from mlbaseline.report.render import build_context
 from mlbaseline.results import Result
 from mlbaseline.runners.distributed import (
     TorchrunEnv,
@@ -249,3 +251,10 @@ def test_a_failing_rank_ends_the_run_and_rank_0_keeps_what_was_pooled(tmp_path):
     stopped = [w for w in doc["warnings"] if w["code"] == "torchrun_stopped"]
     assert len(stopped) == 1 and stopped[0]["batch_size"] == 8
     assert sorted(set(doc["measurements"]["train.bs2.step"]["rank"])) == [0, 1]
+
+
+def test_the_report_shows_the_nodes():
+    r = Result(kind="throughput", config={})
+    r.environment = {"blocking": {"device": "cpu"}, "informational": {}}
+    record_layout(r, 2, 1, ["a", "b"])
+    assert "2 × 1 processes (a, b)" in render_markdown(build_context([r]))

@@ -117,6 +117,11 @@ def section_hardware(ctx: ReportContext) -> list[str]:
             f"interop {m.get('torch_interop_threads', '–')}{where}",
         ),
     ]
+    layout = b.get("node_layout")
+    if isinstance(layout, dict):  # a multi-process run: its nodes (a blocking key)
+        hosts = ", ".join(dict.fromkeys(map(str, i.get("hostnames_by_rank") or []))) or "–"
+        nodes = f"{layout.get('nnodes')} × {layout.get('nproc_per_node')} processes ({hosts})"
+        rows.append(("nodes", nodes))
     lines += table(["", "value"], rows)
     lines += _fingerprint_mismatch(ctx)
     return lines
