@@ -6,6 +6,7 @@ are the CLI's (one `StepLoop`), CUDA events (faked), Ctrl-C, bad use, and the re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -460,3 +461,18 @@ def test_what_the_loop_declares_is_a_comparability_key(tmp_path):
     res = CliRunner().invoke(app, ["compare", *paths, "--quiet"])
     assert res.exit_code == 3
     assert "workload.amp: off → bfloat16" in res.stderr
+
+
+def test_saved_results_are_recorded_in_the_history(tmp_path, monkeypatch):
+    """Like every result mlb writes: `mlb history` lists it (history=False: not recorded)."""
+    from mlbaseline.runners import history
+
+    monkeypatch.setenv("MLB_HISTORY", str(tmp_path / "h.sqlite"))
+    clock = ManualClock()
+    for name, record in (("kept.json", None), ("not.json", False)):
+        bl = baseline(clock)
+        run_pattern_a(bl, clock, STAGES)
+        bl.save(tmp_path / name, history=record)
+    entries = history.entries(bl.cfg, history.query())
+    assert [Path(e.path).name for e in entries] == ["kept.json"]
+    assert entries[0].kind == "throughput" and "train.bs16.step" in entries[0].metrics

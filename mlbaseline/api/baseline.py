@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -338,10 +339,14 @@ class Baseline:
             result.data["distributed"] = {"world_size": world, "backend": self._ranks.backend}
         return result
 
-    def save(self, path: str | Path, force: bool = False) -> Path | None:
+    def save(
+        self, path: str | Path, force: bool = False, history: bool | None = None
+    ) -> Path | None:
         """Write the result JSON (atomically; an existing file needs `force`) and, with
-        telemetry on, the timeline beside it (`NAME.telemetry.csv`). Under torch.distributed
-        call it on every rank: rank 0 writes, the others return None."""
+        telemetry on, the timeline beside it (`NAME.telemetry.csv`), then record it in the
+        history store as every mlb command does (`history`: default `history.record`; a store
+        that cannot take it is a warning, the file is kept). Under torch.distributed call it
+        on every rank: rank 0 writes, the others return None."""
         path = Path(path)
         writer = self._ranks is None or self._ranks.rank == 0
         if writer and path.exists() and not force:
@@ -357,7 +362,21 @@ class Baseline:
             )
         if self.sampler is not None and csv_name is not None:
             self.sampler.write_csv(path.parent / csv_name)
-        return write_result(result, path, force=force)
+        write_result(result, path, force=force)
+        if self.cfg.history.record if history is None else history:
+            _record(path, self.cfg)
+        return path
+
+
+def _record(path: Path, cfg: Config) -> None:
+    """The history step of every result-writing command (`cli.common.record_in_history`):
+    a store fault costs a warning, never the result file."""
+    from mlbaseline.runners import history
+
+    try:
+        history.record([path], cfg)
+    except Exception as exc:  # any store or driver fault: the result file is already safe
+        warnings.warn(f"{path}: not recorded in the history ({exc})", stacklevel=3)
 
 
 _EMPTY = Metric("none", "s", False, [])
