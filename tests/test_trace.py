@@ -255,3 +255,15 @@ def test_several_ranges_per_step_agree_gradient_accumulation():
     ]
     row = compare(window, ["forward"], 0.10)["stages"]["forward"]
     assert row["ranges"] == 10 and row["agree"]
+
+
+def test_on_cuda_stages_use_the_gpu_span_and_the_step_its_host_range():
+    window = _window({"forward": 0.010}, {"forward": 0.004}, k=2)  # host range 10 ms
+    window.trace["traceEvents"] += [
+        {"ph": "X", "cat": "gpu_user_annotation", "name": name, "ts": 0, "dur": dur}
+        for name, dur in (("mlb.forward", 4e3), (STEP_RANGE, 4e3))
+        for _ in range(2)
+    ]
+    rows = compare(window, ["forward"], 0.10)["stages"]
+    assert rows["forward"]["source"] == "gpu_user_annotation" and rows["forward"]["agree"]
+    assert rows["step"]["source"] == "user_annotation" and rows["step"]["profiler_s"] == 2.0

@@ -12,7 +12,8 @@ timers, and a Chrome/Perfetto trace with the telemetry as counter tracks.
   the wrapper is only in place during the window.
 - **The comparison** (`compare`): per stage, the sum over the K steps of the profiler's ranges
   (CPU ranges, `cat: user_annotation`; on CUDA the GPU span of the range's kernels,
-  `gpu_user_annotation`, where the range launched any, since the CUDA timer times the GPU side)
+  `gpu_user_annotation`, where the range launched any, since the CUDA timer times the GPU side;
+  the step itself always by its host range)
   against the sum of mlb's stage times. They disagree when they differ by more than
   `tolerance` × mlb's time and by more than `FLOOR_S` per step (a range costs a few
   microseconds: tiny stages would always "disagree" in relative terms).
@@ -140,7 +141,10 @@ def compare(
             mlb = sum(t.total_s for t in window.times)
         else:
             mlb = sum(t.stages.get(stage, 0.0) for t in window.times)
-        on_gpu = name in gpu  # only a CUDA window has GPU spans
+        # only a CUDA window has GPU spans; the step is the host's range on every device (the
+        # CUDA timer synchronizes at the step's edges, so the host span covers the GPU's work,
+        # where the GPU span would leave out a step that starts with a wait for data)
+        on_gpu = name in gpu and stage != "step"
         spans = gpu[name] if on_gpu else cpu.get(name, [])
         prof = sum(spans)
         diff = prof - mlb
