@@ -164,3 +164,6 @@ def test_signature_needs_a_stage_the_change_cannot_reach():
     sig = cmp.drift.signature("g", [*rows, ("data_wait", 1.52, 1.4, 1.6)], 0.03)
     assert sig is not None and "data_wait included" in sig.message()
     assert cmp.drift.signature("g", [*rows, ("data_wait", 1.0, 0.99, 1.01)], 0.03) is None
+    # a noisy run: wide CIs agree with any common factor, but nothing moved for sure
+    wide = [(s, 0.96, 0.8, 1.1) for s in ("data_wait", "h2d", "forward", "backward")]
+    assert cmp.drift.signature("g", wide, 0.01) is None

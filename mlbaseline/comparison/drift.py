@@ -12,7 +12,8 @@ signature of a drift that moves every stage alike.
 - **Signature** (with or without a control): within one group, at least 3 stages, all moved by
   one common factor f (the median of their ratios) beyond the threshold — each stage's ratio
   within max(threshold, |f−1|/4) of f, or its CI containing f — and among them a stage a change
-  to the model cannot reach (data_wait or h2d; without one, a uniform shift may be real). That
+  to the model cannot reach (data_wait or h2d; without one, a uniform shift may be real); at
+  least 3 of them, one unreachable, with a CI that excludes 1 (moved for sure). That
   is the signature of machine drift, not a regression: the group's regressed/improved verdicts
   are held back to inconclusive, and said so.
 """
@@ -36,7 +37,8 @@ METHOD = (
     "control: NEW's time metrics divided by the control ratio (rates multiplied) when the "
     "control moved beyond the threshold; signature: >= 3 stages of a group, data_wait or h2d "
     "among them, all within max(threshold, |f-1|/4) of their median ratio f (or CI containing "
-    "f), |f-1| beyond the threshold: its regressed/improved verdicts held back"
+    "f), |f-1| beyond the threshold, >= 3 (one of data_wait/h2d) with a CI excluding 1: its "
+    "regressed/improved verdicts held back"
 )
 SIGNATURE_MIN_STAGES = 3
 UNREACHABLE = ("data_wait", "h2d")  # stages a model/optimizer change does not touch
@@ -169,6 +171,10 @@ def signature(
     for _stage, ratio, lo, hi in rows:
         if not (lo <= f <= hi or abs(ratio / f - 1.0) <= tol):
             return None
+    # moved: the CI excludes 1 on f's side (wide CIs of a noisy run agree with any f)
+    moved = [r[0] for r in rows if (r[2] > 1.0 if f > 1.0 else r[3] < 1.0)]
+    if len(moved) < SIGNATURE_MIN_STAGES or not any(s in UNREACHABLE for s in moved):
+        return None
     return Signature(group, f, [r[0] for r in rows])
 
 

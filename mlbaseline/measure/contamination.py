@@ -79,6 +79,7 @@ class CpuAccount:
     own: Callable[[], float] = own_tree_s
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg
     phases: list[dict[str, Any]] = field(default_factory=list)
+    advice: str = "rerun on a quiet machine or compare with `mlb ab`"
 
     def snapshot(self) -> Snapshot:
         try:
@@ -125,7 +126,7 @@ class CpuAccount:
         return (
             f"contaminated: other programs used {worst['foreign_cores']:.2f} cores during "
             f"{worst['phase']} (limit {self.threshold_cores:g}; load {load:.2f}): these figures "
-            "include their load; rerun on a quiet machine or compare with `mlb ab`"
+            f"include their load; {self.advice}"
         )
 
 

@@ -319,7 +319,10 @@ def run_ab(
     # the control every N/2 pairs: a pair is two steps, throughput.control_every counts steps
     every = cfg_a.throughput.control_every
     control = make_control(max(1, every // 2), clock) if every else None
-    account = CpuAccount(cfg_a.throughput.contamination_cores)
+    account = CpuAccount(
+        cfg_a.throughput.contamination_cores,
+        advice="pairing cancels a steady load, not one that changes within a pair",
+    )
     try:
         with progress.task("ab: pairs", total=pairs) as task, account.phase("ab pairs"):
             log = run_pairs(
