@@ -287,6 +287,15 @@ def _with_threads(step: TrainStep, threads: int | None) -> Callable[[], StepReco
     return run
 
 
+def _watch(cfg: Config, clock: Clock) -> tuple[ControlKernel | None, CpuAccount]:
+    """The control kernel (every N/2 pairs: a pair is two steps, throughput.control_every
+    counts steps; None when 0) and the CPU account of the pairs."""
+    every = cfg.throughput.control_every
+    control = make_control(max(1, every // 2), clock) if every else None
+    advice = "pairing cancels a steady load, not one that changes within a pair"
+    return control, CpuAccount(cfg.throughput.contamination_cores, advice=advice)
+
+
 def run_ab(
     cfg_a: Config,
     cfg_b: Config,
@@ -316,13 +325,7 @@ def run_ab(
     warmup = max(cfg_a.throughput.warmup_min, cfg_b.throughput.warmup_min, 1)
     threads = torch.get_num_threads()
     clock = clock or PerfClock()
-    # the control every N/2 pairs: a pair is two steps, throughput.control_every counts steps
-    every = cfg_a.throughput.control_every
-    control = make_control(max(1, every // 2), clock) if every else None
-    account = CpuAccount(
-        cfg_a.throughput.contamination_cores,
-        advice="pairing cancels a steady load, not one that changes within a pair",
-    )
+    control, account = _watch(cfg_a, clock)
     try:
         with progress.task("ab: pairs", total=pairs) as task, account.phase("ab pairs"):
             log = run_pairs(
