@@ -242,6 +242,14 @@ def test_grad_accum_is_the_clis_one_step_per_optimizer_step(tmp_path):
     assert train["grad_accum"] == 3 and train["samples_per_step"] == 48
     assert r.config["workload"]["grad_accum"] == 3 and r.config["workload"]["amp"] == "bfloat16"
     assert r.measurements["train.bs16.samples_per_s"].values[0] == pytest.approx(48 / 0.009)
+    # a step block that draws one batch is one batch, whatever grad_accum says
+    blk = baseline(clock, grad_accum=3)
+    for _b in blk.data(range(2)):
+        with blk.step():
+            clock.advance(0.01)
+    with blk.step():
+        clock.advance(0.01)
+    assert [r.samples for r in blk.loop.records] == [16, 16, 48]
     with pytest.raises(ConfigError, match=r"workload\.amp"):
         baseline(clock, amp="float8")
 

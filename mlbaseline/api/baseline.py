@@ -90,14 +90,15 @@ class Baseline:
     `device`: where the loop runs (`cpu`, `cuda`, `cuda:N`; default the config's, or `auto`
     without one: CUDA when there is a GPU); it picks the stage timer and memory meter.
     `batch_size`: samples per batch in this process (the `train.bs{B}` group, as in
-    `mlb throughput`; default `golden.batch_size`); `grad_accum`: batches per step (an
-    optimizer step over N micro-batches: `bl.data()` groups them, and a step counts N × B
-    samples; `bl.step(samples=n)` overrides it for one step); `amp`: the autocast dtype the
-    loop uses (recorded: like `grad_accum` a comparability key). The config is the
-    CLI's (`config`: a `Config` or a YAML path; `profile`; `overrides` by dotted path, e.g.
-    `{"throughput.min_time_s": 2}`): its throughput section is the warm-up and stop rule, its
-    golden section the comparability keys. `stages`: the stage names in the order the result
-    lists them (default: as first seen). `clock`, `timer` and `probe` are for tests."""
+    `mlb throughput`; default `golden.batch_size`). `grad_accum`: batches per step (an
+    optimizer step over N micro-batches): `bl.data()` groups them; a step counts B × the
+    batches it drew from `bl.data()` (or N × B), `bl.step(samples=n)` says otherwise. `amp`:
+    the autocast dtype the loop uses, recorded (like `grad_accum`, a comparability key).
+    The config is the CLI's (`config`: a `Config` or a YAML path; `profile`; `overrides` by
+    dotted path, e.g. `{"throughput.min_time_s": 2}`): its throughput section is the warm-up
+    and stop rule, its golden section the comparability keys. `stages`: the stage names in
+    the order the result lists them (default: as first seen). `clock`, `timer` and `probe`
+    are for tests."""
 
     def __init__(
         self,
@@ -137,6 +138,7 @@ class Baseline:
         # every stage: the declared ones in their order, then others as first seen
         self._stages: dict[str, None] = dict.fromkeys(stages)
         self._state = _NO_STEP
+        self._drawn = 0
         on = cfg.throughput.telemetry if telemetry is None else telemetry
         self.sampler: TelemetrySampler | None = make_sampler(self.probe, cfg) if on else None
         self._window: list[float] = []
@@ -207,17 +209,16 @@ class Baseline:
         if per_step < 1:
             raise UsageError(f"bl.data(per_step={per_step}): must be >= 1")
         it = iter(iterable)
-        drawn = 0  # items drawn in the current step begun here
         while True:
             if self.done:
                 yield from it  # measured: the loop goes on untimed
                 return
-            if self._state == _AUTO and drawn >= per_step:  # that was one whole step
+            if self._state == _AUTO and self._drawn >= per_step:  # that was one whole step
                 self._end(None)
                 continue  # the stop rule may have just been met
             if self._state == _NO_STEP:
                 self._begin()
-                self._state, drawn = _AUTO, 0
+                self._state = _AUTO
             try:
                 with self.stage("data_wait"):
                     item = next(it)
@@ -228,7 +229,7 @@ class Baseline:
             except KeyboardInterrupt:
                 self._stop_early("interrupted")
                 raise
-            drawn += 1
+            self._drawn += 1
             yield item
 
     # ------------------------------------------------------------ step edges
@@ -236,6 +237,7 @@ class Baseline:
     def _begin(self) -> None:
         if not self._window and self.sampler is not None:
             self._window.append(self.sampler.elapsed_s())
+        self._drawn = 0  # batches bl.data() handed out in this step
         self.loop.begin()
         self.timer.begin_step()
 
@@ -243,7 +245,8 @@ class Baseline:
         self._state = _NO_STEP
         times = self.timer.end_step()
         self.meter.update()
-        n = self.batch_size * self.grad_accum if samples is None else samples
+        # the batches this step drew through bl.data(), else grad_accum of them
+        n = self.batch_size * (self._drawn or self.grad_accum) if samples is None else samples
         self.loop.end(StepRecord(times, n), times.total_s)
         if self.loop.done:
             self._close_window()
