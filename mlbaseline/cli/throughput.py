@@ -155,7 +155,9 @@ def noise_lines(result: Result) -> list[str]:
             f"{step['between_share']:.0%} of its variance between them)"
         )
         if not step["holm_reachable"]:
-            line += f"; too few for Holm: --repeats {step['replicates_for_threshold']}"
+            line += f"; no verdict is possible below --repeats {step['replicates_for_holm']}"
+        if step["mde"] > step["threshold"]:
+            line += f"; {step['threshold']:.0%} needs --repeats {step['replicates_for_threshold']}"
         out.append(line)
     return out
 

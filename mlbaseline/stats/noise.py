@@ -164,6 +164,7 @@ def summary(
         "metrics_judged": k,
         "mde": relative_mde(comp.process_sd, p, comp.process_sd, p, alpha, power),
         "holm_reachable": floor_p < alpha / max(1, k),
+        "replicates_for_holm": replicates_reachable(k, alpha, 2),
         "replicates_for_threshold": replicates_for_mde(
             comp.process_sd, threshold, k, alpha, 2, power
         ),
