@@ -4,6 +4,7 @@ at the same step, and rank 0 writes one result pooled over both ranks with a `gr
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -54,7 +55,15 @@ def _rank(rank: int, tmp: str) -> None:
 
 @pytest.mark.slow
 def test_two_gloo_ranks_take_one_decision_and_pool_into_one_result(tmp_path):
-    mp.start_processes(_rank, args=(str(tmp_path),), nprocs=2, start_method="fork")
+    ctx = mp.start_processes(
+        _rank, args=(str(tmp_path),), nprocs=2, start_method="fork", join=False
+    )
+    deadline = time.monotonic() + 120  # a hung rank fails the test instead of the suite
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail("the two ranks did not finish in 120 s")
     steps0, path0 = (tmp_path / "rank0").read_text().split()
     steps1, path1 = (tmp_path / "rank1").read_text().split()
     assert steps0 == steps1  # same number of steps on both ranks: rank 0's decisions
