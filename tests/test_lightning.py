@@ -4,6 +4,8 @@ throughput result with Lightning's stages, and the stop rule can end the trainin
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -105,3 +107,28 @@ def test_batch_size_of_common_batches():
     assert batch_size_of({"input": x}) == 5 and batch_size_of(x) == 5
     with pytest.raises(ValueError, match="batch_size"):
         batch_size_of(object())
+
+
+class Interrupted(Tiny):
+    """Ctrl-C in the 9th training step."""
+
+    def training_step(self, batch, batch_idx):
+        if self.trainer.global_step == 8:
+            raise KeyboardInterrupt
+        return super().training_step(batch, batch_idx)
+
+
+def test_ctrl_c_in_fit_saves_the_steps_so_far_marked_interrupted(tmp_path):
+    strict = {**RULE, "throughput.min_steps": 100}
+    cb = MlbCallback(tmp_path / "int.json", overrides=strict, telemetry=False, probe=NullProbe())
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit):  # Lightning's graceful shutdown ends in sys.exit(1)
+            trainer(cb, max_epochs=5).fit(Interrupted(), loader())
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning ignores SIGINT from then on
+    r = load_result(tmp_path / "int.json")
+    assert r.status == "interrupted"
+    entry = r.data["batch_sizes"]["8"]
+    assert entry["stop_reason"] == "interrupted"
+    assert entry["train"]["n"] + entry["train"]["warmup_steps"] == 8  # the 9th is not kept
