@@ -132,3 +132,32 @@ def test_ctrl_c_in_fit_saves_the_steps_so_far_marked_interrupted(tmp_path):
     entry = r.data["batch_sizes"]["8"]
     assert entry["stop_reason"] == "interrupted"
     assert entry["train"]["n"] + entry["train"]["warmup_steps"] == 8  # the 9th is not kept
+
+
+def test_under_ddp_every_rank_measures_and_rank_0_writes_one_pooled_result(tmp_path):
+    """Lightning's own DDP (2 forked CPU ranks, gloo): the callback's Baseline sees the process
+    group, both ranks stop at rank 0's decision, one result holds both ranks' values."""
+    cb = MlbCallback(tmp_path / "ddp.json", overrides=RULE, telemetry=False, probe=NullProbe(),
+                     stop_training=True)  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # forked ranks: no OpenMP thread team inherited half-made
+    try:
+        t = pl.Trainer(
+            accelerator="cpu",
+            devices=2,
+            strategy="ddp_fork",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[cb],
+            max_epochs=20,
+        )
+        t.fit(Tiny(), loader())
+    finally:
+        torch.set_num_threads(threads)
+    r = load_result(tmp_path / "ddp.json")
+    assert r.data["distributed"] == {"world_size": 2, "backend": "gloo"}
+    step = r.measurements["train.bs8.step"]
+    assert sorted(set(step.rank)) == [0, 1] and step.rank.count(0) == step.rank.count(1)
+    assert r.data["stages"] == list(STAGES)
