@@ -161,3 +161,20 @@ def test_under_ddp_every_rank_measures_and_rank_0_writes_one_pooled_result(tmp_p
     step = r.measurements["train.bs8.step"]
     assert sorted(set(step.rank)) == [0, 1] and step.rank.count(0) == step.rank.count(1)
     assert r.data["stages"] == list(STAGES)
+
+
+def test_accumulation_and_precision_are_recorded_like_the_clis(tmp_path):
+    """accumulate_grad_batches=2: a step is one optimizer step over 2 batches (16 samples);
+    bf16-mixed precision is workload.amp=bfloat16; both comparability keys."""
+    cb = MlbCallback(tmp_path / "acc.json", overrides=RULE, telemetry=False, probe=NullProbe(),
+                     stop_training=True)  # fmt: skip
+    t = trainer(cb, max_epochs=20, accumulate_grad_batches=2, precision="bf16-mixed")
+    t.fit(Tiny(), loader())
+    bl = cb.baseline
+    assert bl is not None and bl.done
+    assert t.global_step == len(bl.loop.records)  # one step per optimizer step
+    assert all(r.samples == 16 for r in bl.loop.records)
+    r = load_result(tmp_path / "acc.json")
+    assert r.config["workload"]["grad_accum"] == 2 and r.config["workload"]["amp"] == "bfloat16"
+    assert r.environment["blocking"]["workload.amp"] == "bfloat16"
+    assert r.data["batch_sizes"]["8"]["train"]["samples_per_step"] == 16

@@ -12,6 +12,9 @@ own work between batches such as logging), `forward` (`training_step`: forward a
 what falls outside them. When the stop rule is met the result is written (and, with
 `stop_training=True`, training stops); a run that ends first writes it at `on_train_end`, its
 stop reason `loop_ended`. Under DDP every rank measures and rank 0 writes the pooled result.
+With `accumulate_grad_batches=N` a step is N batches (one optimizer step, their stages added
+up), recorded as `workload.grad_accum`; a mixed precision as `workload.amp`, a true one as
+`workload.dtype` (comparability keys, as for `mlb throughput`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,23 @@ def batch_size_of(batch: Any) -> int:
     if isinstance(batch, (list, tuple)) and batch:
         return batch_size_of(batch[0])
     raise ValueError("cannot tell the batch size of this batch: pass MlbCallback(batch_size=N)")
+
+
+# Lightning's precision → what mlb records (workload.amp: autocast; workload.dtype: the model's)
+_PRECISION = {
+    "16-mixed": {"amp": "float16"},
+    "bf16-mixed": {"amp": "bfloat16"},
+    "16-true": {"overrides": {"workload.dtype": "float16"}},
+    "bf16-true": {"overrides": {"workload.dtype": "bfloat16"}},
+}
+
+
+def trainer_keys(trainer: pl.Trainer) -> dict[str, Any]:
+    """The Trainer's settings that are comparability keys for mlb: gradient accumulation (a
+    step is one optimizer step over N batches, as `workload.grad_accum`) and the precision."""
+    keys: dict[str, Any] = {"grad_accum": int(trainer.accumulate_grad_batches)}
+    keys.update(_PRECISION.get(str(trainer.precision), {}))
+    return keys
 
 
 class MlbCallback(pl.Callback):
@@ -89,7 +109,8 @@ class MlbCallback(pl.Callback):
             # this rank's GPU (cuda:N) for the CUDA-event timer and memory meter; any other
             # accelerator is timed on the host clock
             device = str(pl_module.device) if pl_module.device.type == "cuda" else "cpu"
-            self.baseline = Baseline(self.name, size, device, stages=STAGES, **self.kwargs)
+            kwargs = {**trainer_keys(trainer), **self.kwargs}  # what the user says wins
+            self.baseline = Baseline(self.name, size, device, stages=STAGES, **kwargs)
         bl = self.baseline
         if bl.done:
             return
@@ -116,6 +137,9 @@ class MlbCallback(pl.Callback):
     ) -> None:
         bl = self.baseline
         if bl is None or bl.done:
+            return
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            self._switch("data_wait")  # mid-accumulation: the optimizer step is still to come
             return
         self._switch(None)
         bl.end_step()
@@ -155,4 +179,4 @@ class MlbCallback(pl.Callback):
             self.saved = self.baseline.save(self.path, force=self.force) or self.path
 
 
-__all__ = ["STAGES", "MlbCallback", "batch_size_of"]
+__all__ = ["STAGES", "MlbCallback", "batch_size_of", "trainer_keys"]
