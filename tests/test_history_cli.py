@@ -139,7 +139,7 @@ def test_check_names_the_run_and_the_stage(tmp_path, store):
     assert doc["train.bs64.forward"]["change_points"] == []
     assert "train.bs64.residual" not in doc
     text = flat(mlb("history", "check").stderr)
-    assert "train.bs64.backward regression" in text and "from run #8" in text
+    assert "run #8" in text and "train.bs64.backward +" in text and "(regression)" in text
 
 
 def test_check_shows_a_tail_step_as_suspected(tmp_path, store):
@@ -147,7 +147,8 @@ def test_check_shows_a_tail_step_as_suspected(tmp_path, store):
     assert mlb("history", "add", *files).exit_code == 0
     res = mlb("history", "check", "--metric", "train.bs64.backward")
     assert res.exit_code == 0
-    assert "suspected: needs more runs" in flat(res.stderr)
+    text = flat(res.stderr)
+    assert "suspected*" in text and "suspected*: needs more runs" in text
 
 
 def test_trend_writes_a_table_and_a_png(tmp_path, store):

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from history_fakes import stamp, synthetic, write
 from pg.server import create_database, drop_database, running_server
-from test_history_store import _record
+from test_history_store import _record, _writer
 
 from mlbaseline.history.store import StoreError, open_store
 
@@ -82,13 +82,6 @@ def test_postgresql_newer_schema_and_foreign_database_are_refused(pg_url):
     store.close()
     with pytest.raises(StoreError, match="not an mlb history store"):
         open_store(pg_url)
-
-
-def _writer(url: str, worker: int, n: int) -> None:
-    store = open_store(url)
-    for i in range(n):
-        store.add(_record(i, worker))
-    store.close()
 
 
 def test_eight_writers_on_postgresql_lose_nothing(pg_url):

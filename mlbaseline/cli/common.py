@@ -55,16 +55,26 @@ def opt(flag: str, help: str, **kw: Any) -> Any:
     return typer.Option(flag, help=help, show_default=False, **kw)
 
 
+def _untyped_flags(params: list[Any]) -> list[Any]:
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 class _Command(typer.core.TyperCommand):
     """A command whose `--help` shows no `<bool>` type beside a flag (--json, --force,
     --help …): a flag takes no value."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""
-        return params
+        return _untyped_flags(super().get_params(ctx))
+
+
+class CommandGroup(typer.core.TyperGroup):
+    """A command group (`mlb history`) whose `--help` shows no `<bool>` beside a flag either."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _untyped_flags(super().get_params(ctx))
 
 
 ConfigOpt = Annotated[

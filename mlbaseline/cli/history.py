@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import typer.core
 from rich.markup import escape
 
 from mlbaseline.cli.app import app
 from mlbaseline.cli.common import (
+    CommandGroup,
     CommonOptions,
     OptInt,
     OptStr,
@@ -28,21 +28,9 @@ from mlbaseline.config import Config
 from mlbaseline.formatting import interval_percent, p_value, signed_percent, value
 from mlbaseline.results import Result, atomic_write_text
 
-
-class _Group(typer.core.TyperGroup):
-    """A command group whose `--help` shows no `<bool>` beside a flag (as _Command does)."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""
-        return params
-
-
 history_app = typer.Typer(
     name="history",
-    cls=_Group,
+    cls=CommandGroup,
     help=(
         "The baseline history: every result mlb writes is recorded in a store (SQLite file "
         "mlb-results/history.sqlite, or PostgreSQL through MLB_HISTORY=postgresql://…).\n\n"
@@ -67,6 +55,15 @@ def _doc_out(doc: Any, common: CommonOptions) -> None:
         atomic_write_text(common.output, dump_json(doc), force=common.force)
     if common.json_out:
         sys.stdout.write(dump_json(doc))
+
+
+def _query(o: Any, with_metric: bool = False) -> Any:
+    """The record filters every listing command shares (see Kind, Branch, Since, …)."""
+    from mlbaseline.runners import history as hist
+
+    names = ("kind", "branch", "since", "fingerprint", "last")
+    filters = {name: getattr(o, name) for name in names}
+    return hist.query(**filters, metric=o.metric if with_metric else None)
 
 
 def _commit(git: Any) -> str:
@@ -99,14 +96,7 @@ def list_command(common: CommonOptions, o: ListOptions) -> None:
     from mlbaseline.runners import history as hist
 
     def measure(cfg: Config, ui: Ui) -> None:
-        q = hist.query(
-            kind=o.kind,
-            metric=o.metric,
-            branch=o.branch,
-            since=o.since,
-            fingerprint=o.fingerprint,
-            last=o.last,
-        )
+        q = _query(o, with_metric=True)
         found = hist.entries(cfg, q)
         _doc_out([e.to_dict() for e in found], common)
         table = compact_table(f"history: {len(found)} results in {hist.location(cfg)}")
@@ -155,7 +145,7 @@ def show_command(common: CommonOptions, o: ShowOptions) -> None:
         for col in ("median", "CI", "n", "repl.", "MDE"):
             table.add_column(col, justify="right", no_wrap=True)
         for name, m in entry.metrics.items():
-            ci = f"[{value(m.ci_low, m.unit)}, {value(m.ci_high, m.unit)}]"
+            ci = escape(f"[{value(m.ci_low, m.unit)}, {value(m.ci_high, m.unit)}]")
             mde = signed_percent(m.mde) if m.mde is not None else "–"
             table.add_row(name, value(m.median, m.unit), ci, str(m.n), str(m.replicates), mde)
         ui.print(table)
@@ -202,9 +192,7 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
     png = common.output or Path("mlb-results") / "trend.png"
 
     def measure(cfg: Config, ui: Ui) -> None:
-        q = hist.query(
-            kind=o.kind, branch=o.branch, since=o.since, fingerprint=o.fingerprint, last=o.last
-        )
+        q = _query(o)
         found = hist.series(cfg, q, [o.metric])
         if not found:
             from mlbaseline.errors import UsageError
@@ -224,7 +212,7 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
         for col in ("metric", "run", "created (UTC)", "commit", "median", "95% CI", "n"):
             table.add_column(col, no_wrap=True)
         for r in rows:
-            ci = f"[{value(r['ci_low'], r['unit'])}, {value(r['ci_high'], r['unit'])}]"
+            ci = escape(f"[{value(r['ci_low'], r['unit'])}, {value(r['ci_high'], r['unit'])}]")
             table.add_row(
                 r["metric"],
                 f"#{r['id']}",
@@ -255,35 +243,55 @@ class CheckOptions:
     last: Last = None
 
 
+def _split(metric: str) -> tuple[str, str]:
+    """('train.bs64', '.backward'): the group row and the stage row of an 80-column table."""
+    group, _, leaf = metric.rpartition(".")
+    return (group, f"  .{leaf}") if group else ("", metric)
+
+
 def _show_checks(checks: list[dict[str, Any]], ui: Ui) -> None:
     found = [c for c in checks if c["change_points"]]
     table = compact_table(
         f"change points: {sum(len(c['change_points']) for c in found)} in {len(checks)} series",
-        caption="step: median after / before − 1, bootstrap CI; suspected: needs more runs",
+        caption="step: median after / before − 1, 95% bootstrap CI; p: Mann-Whitney U (BH); "
+        "suspected*: needs more runs after it to be confirmed",
     )
-    for col in ("metric", "first run", "commits", "step", "CI", "p", "status"):
+    for col in ("metric", "run", "commits", "step", "CI", "p", "status"):
         table.add_column(col, no_wrap=True)
+    group = None
     for c in found:
+        prefix, leaf = _split(c["metric"])
+        if prefix != group:
+            group = prefix
+            table.add_row(f"[bold]{prefix}[/bold]")
         for cp in c["change_points"]:
             commits = [(x or "?")[:7] for x in cp["commit_range"]]
-            status = cp["status"] if cp["status"] == "confirmed" else "suspected: needs more runs"
+            commits_text = commits[1] if commits[0] == commits[1] else "..".join(commits)
             table.add_row(
-                c["metric"],
+                leaf,
                 f"#{cp['run']['id']}",
-                f"{commits[0]}..{commits[1]}",
+                commits_text,
                 signed_percent(cp["rel_change"]),
-                interval_percent([cp["ci_low"], cp["ci_high"]]),
+                escape(interval_percent([cp["ci_low"], cp["ci_high"]])),
                 p_value(cp["p_value"]),
-                status,
+                "confirmed" if cp["status"] == "confirmed" else "suspected*",
             )
     ui.print(table)
-    for c in found:
+    _name_runs(checks, ui)
+
+
+def _name_runs(checks: list[dict[str, Any]], ui: Ui) -> None:
+    """One line per run where a level starts: which stages moved there, and how far."""
+    runs: dict[int, tuple[dict[str, Any], list[str]]] = {}
+    for c in checks:
         for cp in c["change_points"]:
-            run = cp["run"]
-            ui.print(
-                f"[bold]{c['metric']}[/bold] {cp['direction']} {signed_percent(cp['rel_change'])}"
-                f" from run #{run['id']} ({run['created_at'][:19]}, {escape(run['path'])})"
-            )
+            moved = f"{c['metric']} {signed_percent(cp['rel_change'])} ({cp['direction']})"
+            runs.setdefault(cp["run"]["id"], (cp["run"], []))[1].append(moved)
+    for run, moved in runs.values():
+        when = run["created_at"][:19].replace("T", " ")
+        ui.print(f"[bold]run #{run['id']}[/bold] ({when}, {escape(run['path'])}):")
+        for line in moved:
+            ui.print(f"  {escape(line)}")
     for c in checks:
         for out in c["outliers"]:
             ui.print(
@@ -306,9 +314,7 @@ def check_command(common: CommonOptions, o: CheckOptions) -> None:
     from mlbaseline.runners import history as hist
 
     def measure(cfg: Config, ui: Ui) -> None:
-        q = hist.query(
-            kind=o.kind, branch=o.branch, since=o.since, fingerprint=o.fingerprint, last=o.last
-        )
+        q = _query(o)
         found = hist.series(cfg, q, o.metric)
         checks = hist.check(cfg, found)
         _doc_out({"store": hist.location(cfg), "series": checks}, common)
@@ -352,14 +358,7 @@ def export_command(common: CommonOptions, o: ExportOptions) -> None:
         if o.csv and (o.as_json or common.json_out):
             raise UsageError("export: choose one of --csv and --json")
         fmt = "json" if (o.as_json or common.json_out) else "csv"
-        q = hist.query(
-            kind=o.kind,
-            metric=o.metric,
-            branch=o.branch,
-            since=o.since,
-            fingerprint=o.fingerprint,
-            last=o.last,
-        )
+        q = _query(o, with_metric=True)
         text = hist.export_text(hist.entries(cfg, q), fmt)
         if common.output is not None:
             atomic_write_text(common.output, text, force=common.force)

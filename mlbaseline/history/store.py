@@ -314,20 +314,25 @@ class Store:
             stmt = stmt.limit(q.last)
         with _translated(display(self.location)), self.engine.connect() as conn:
             rows = list(conn.execute(stmt).mappings())[::-1]
-            metrics = self._metrics(conn, [row["id"] for row in rows], q.metric) if rows else {}
-        return [_entry(row, metrics.get(row["id"], {}) if with_metrics else {}) for row in rows]
+            metrics = self._metrics(conn, stmt, q.metric) if rows and with_metrics else {}
+        return [_entry(row, metrics.get(row["id"], {})) for row in rows]
 
     def _metrics(
-        self, conn: Connection, ids: list[int], like: str | None
+        self, conn: Connection, chosen: sa.Select[Any], like: str | None
     ) -> dict[int, dict[str, MetricSummary]]:
-        out: dict[int, dict[str, MetricSummary]] = {}
+        """The metric summaries of the records `chosen` selects, in one query (the record
+        query as a subquery: no IN list grows with the history)."""
+        ids = sa.select(chosen.subquery().c.id)
         m = sc.metrics.c
-        for start in range(0, len(ids), 500):  # bounded IN lists
-            stmt = sa.select(sc.metrics).where(m.result_id.in_(ids[start : start + 500]))
-            if like:
-                stmt = stmt.where(m.name.like(like, escape="\\"))
-            for row in conn.execute(stmt).mappings():
-                out.setdefault(row["result_id"], {})[row["name"]] = _summary(row)
+        stmt = sa.select(sc.metrics).where(m.result_id.in_(ids))
+        if like:
+            stmt = stmt.where(m.name.like(like, escape="\\"))
+        out: dict[int, dict[str, MetricSummary]] = {}
+        # plain tuples in the table's column order: 10,000 records are 50,000+ rows here
+        for rid, name, unit, hib, role, grp, med, low, high, n, reps, mde in conn.execute(stmt):
+            out.setdefault(rid, {})[name] = MetricSummary(
+                name, unit, bool(hib), float(med), low, high, int(n), int(reps), mde, role, grp
+            )
         return out
 
     def close(self) -> None:
@@ -367,22 +372,6 @@ def _metric_row(result_id: int, m: MetricSummary) -> dict[str, Any]:
         "replicates": m.replicates,
         "mde": m.mde,
     }
-
-
-def _summary(row: Any) -> MetricSummary:
-    return MetricSummary(
-        name=row["name"],
-        unit=row["unit"],
-        higher_is_better=bool(row["higher_is_better"]),
-        median=float(row["median"]),
-        ci_low=row["ci_low"],
-        ci_high=row["ci_high"],
-        n=int(row["n"]),
-        replicates=int(row["replicates"]),
-        mde=row["mde"],
-        role=row["role"],
-        group=row["grp"],
-    )
 
 
 def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:

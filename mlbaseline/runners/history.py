@@ -169,19 +169,8 @@ def export_rows(found: Sequence[Entry]) -> list[dict[str, Any]]:
             "sha256": e.sha256,
         }
         for name, m in e.metrics.items():
-            rows.append(
-                {
-                    **base,
-                    "metric": name,
-                    "unit": m.unit,
-                    "median": m.median,
-                    "ci_low": m.ci_low,
-                    "ci_high": m.ci_high,
-                    "n": m.n,
-                    "replicates": m.replicates,
-                    "mde": m.mde,
-                }
-            )
+            summary = {k: v for k, v in m.to_dict().items() if k in EXPORT_FIELDS}
+            rows.append({**base, "metric": name, **summary})
     return rows
 
 

@@ -48,28 +48,30 @@ def running_server() -> Iterator[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def create_database(server: str, name: str) -> str:
-    """A fresh database `name` (made by the caller, never user input) on `server`; its URL."""
+def _admin(server: str):
     import sqlalchemy as sa
 
-    admin = sa.create_engine(
-        f"{server.replace('postgresql://', 'postgresql+psycopg://')}/postgres",
-        isolation_level="AUTOCOMMIT",
-    )
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
+    url = f"{server.replace('postgresql://', 'postgresql+psycopg://')}/postgres"
+    return sa.create_engine(url, isolation_level="AUTOCOMMIT")
+
+
+def create_database(server: str, name: str) -> str:
+    """A fresh database `name` (made by the caller, never user input) on `server`; its URL."""
+    drop_database(server, name)
+    _run(server, f'CREATE DATABASE "{name}"')
     return f"{server}/{name}"
 
 
 def drop_database(server: str, name: str) -> None:
+    _run(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _run(server: str, statement: str) -> None:
     import sqlalchemy as sa
 
-    admin = sa.create_engine(
-        f"{server.replace('postgresql://', 'postgresql+psycopg://')}/postgres",
-        isolation_level="AUTOCOMMIT",
-    )
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    admin = _admin(server)
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(statement))
+    finally:
+        admin.dispose()
