@@ -174,7 +174,8 @@ class Baseline:
         self._state = _BLOCK
 
     def end_step(self, samples: int | None = None) -> None:
-        """End the step: it goes to the stop rule (`samples`: default the batch size)."""
+        """End the step: it goes to the stop rule (`samples`: default batch size × the batches
+        it drew from `bl.data()`, or × `grad_accum`)."""
         if self._state == _BLOCK:
             self._end(samples)
 
@@ -253,8 +254,7 @@ class Baseline:
 
     def _drop(self) -> None:
         self._state = _NO_STEP
-        if len(self.loop.starts) > len(self.loop.records):
-            self.loop.starts.pop()
+        self.loop.drop()
 
     def _stop_early(self, reason: str) -> None:
         self._state = _NO_STEP

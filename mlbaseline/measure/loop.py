@@ -174,10 +174,10 @@ def _decide(
 
 class StepLoop(Generic[T]):
     """The warm-up and stop decisions, fed one step at a time: `begin()` before a step,
-    `end(record, value)` after it (→ this step's `Decision`), `end_early(reason)` when the loop
-    ends without the rule (Ctrl-C), `result()` at the end. `run_steps` drives one around a step
-    function; the library API (`mlbaseline.api`) feeds it the steps of the user's own loop, so
-    both take the same decisions at the same steps."""
+    `end(record, value)` after it (→ this step's `Decision`), `drop()` for a step that failed,
+    `end_early(reason)` when the loop ends without the rule (Ctrl-C), `result()` at the end.
+    `run_steps` drives one around a step function; the library API (`mlbaseline.api`) feeds
+    it the steps of the user's own loop, so both take the same decisions at the same steps."""
 
     def __init__(
         self,
@@ -220,10 +220,14 @@ class StepLoop(Generic[T]):
             self.reason = decision.stop
         return decision
 
-    def end_early(self, reason: str) -> None:
-        """The loop ends without the rule: a step begun and not ended is dropped."""
+    def drop(self) -> None:
+        """A step begun and not ended (it failed, or an epoch ended inside it) is no step."""
         if len(self.starts) > len(self.records):
             self.starts.pop()
+
+    def end_early(self, reason: str) -> None:
+        """The loop ends without the rule: a step begun and not ended is dropped."""
+        self.drop()
         self.reason = self.reason or reason
 
     def result(self) -> LoopResult[T]:
