@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mlbaseline.api.lightning import STAGES, MlbCallback, batch_size_of
+from mlbaseline.api.lightning import STAGES, MlbCallback, batch_size_of, trainer_keys
 from mlbaseline.measure.gpu import NullProbe
 from mlbaseline.results import load_result
 
@@ -99,6 +99,13 @@ def test_a_fit_that_ends_first_still_writes_its_result(tmp_path):
     assert entry["stop_reason"] == "loop_ended"
     assert {c.name: c.status for c in r.verdict.checks}["train.bs8.stop_rule"] == "warn"
     assert entry["train"]["n"] + entry["train"]["warmup_steps"] == 12
+
+
+def test_trainer_keys_of_precision_and_accumulation():
+    t = pl.Trainer(accelerator="cpu", precision="bf16-true", accumulate_grad_batches=3,
+                   logger=False, enable_progress_bar=False)  # fmt: skip
+    assert trainer_keys(t) == {"grad_accum": 3, "overrides": {"workload.dtype": "bfloat16"}}
+    assert trainer_keys(pl.Trainer(accelerator="cpu", logger=False)) == {"grad_accum": 1}
 
 
 def test_batch_size_of_common_batches():

@@ -109,7 +109,9 @@ class MlbCallback(pl.Callback):
             # this rank's GPU (cuda:N) for the CUDA-event timer and memory meter; any other
             # accelerator is timed on the host clock
             device = str(pl_module.device) if pl_module.device.type == "cuda" else "cpu"
-            kwargs = {**trainer_keys(trainer), **self.kwargs}  # what the user says wins
+            found = trainer_keys(trainer)
+            kwargs = {**found, **self.kwargs}  # what the user says wins, key by key
+            kwargs["overrides"] = {**found.get("overrides", {}), **self.kwargs.get("overrides", {})}
             self.baseline = Baseline(self.name, size, device, stages=STAGES, **kwargs)
         bl = self.baseline
         if bl.done:
