@@ -71,7 +71,13 @@ def summarize(all_runs: list[dict[str, Any] | None]) -> dict[str, float]:
     med = [float(np.median(r["step_s"])) for r in runs]
     norm = [float(np.median(np.divide(r["step_s"], r["control_s"]))) for r in runs]
     ctrl = [float(np.median(r["control_s"])) for r in runs]
+    # within one process: the spread of medians of 10-step windows, against that of processes
+    wins = [
+        spread([float(np.median(r["step_s"][i : i + 10])) for i in range(0, len(r["step_s"]), 10)])
+        for r in runs
+    ]
     return {
+        "win_spread": float(np.median(wins)),
         "median_ms": float(np.median(med)) * 1e3,
         "spread": spread(med),
         "cv": cv(med),
@@ -110,6 +116,16 @@ def drift() -> list[Row]:
                 "(median; spread/CV of process medians; in-process CV; timeouts)",
                 f"{m['median_ms']:.1f} ms; {pct(m['spread'])} / {pct(m['cv'])}; "
                 f"{pct(m['in_cv'])}; {m['timeouts']:.0f}",
+                "shown",
+                None,
+            )
+        )
+        rows.append(
+            Row(
+                "drift",
+                f"{s}: spread of 10-step window medians inside one process (median over "
+                "processes), against the spread between processes",
+                f"{pct(m['win_spread'])} vs {pct(m['spread'])}",
                 "shown",
                 None,
             )
