@@ -24,7 +24,7 @@ from bench_common import Row, pct, secs
 from busy_workloads import spin_cnn_overrides
 
 TRIALS = int(os.environ.get("MLB_BENCH_AB_TRIALS", "20"))
-PAIRS = int(os.environ.get("MLB_BENCH_AB_PAIRS", "200"))
+PAIRS = int(os.environ.get("MLB_BENCH_AB_PAIRS", "800"))
 SLOWDOWN = 0.03
 STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
 
