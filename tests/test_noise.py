@@ -60,10 +60,10 @@ def test_relative_mde_is_the_core_formula_on_logs():
 def test_replicates_for_mde_can_pass_both_gates():
     for sd, target, k in [(0.05, 0.03, 8), (0.2, 0.03, 8), (0.01, 0.03, 1), (0.1, 0.2, 3)]:
         n = noise.replicates_for_mde(sd, target, k, 0.05)
-        assert noise.relative_mde(sd, n, sd, n, 0.05) <= target
+        assert noise.relative_mde(sd, n, sd, n, 0.05 / k) <= target
         assert noise.min_mann_whitney_p(n, n) < 0.05 / k
         if n > noise.replicates_reachable(k, 0.05, 2):
-            assert noise.relative_mde(sd, n - 1, sd, n - 1, 0.05) > target
+            assert noise.relative_mde(sd, n - 1, sd, n - 1, 0.05 / k) > target
 
 
 def _result(rng, processes, between=0.1, within=0.03):
@@ -85,12 +85,13 @@ def test_result_noise_states_the_mde_compare_will_use():
     rec = doc["train.bs8.backward"]
     assert rec["metrics_judged"] == 2 and rec["holm_reachable"] and rec["processes"] == 8
     sd = rec["process_sd"]
-    assert rec["mde"] == pytest.approx(noise.relative_mde(sd, 8, sd, 8, CFG.alpha))
+    # at alpha/k: a change in one stage alone must pass Holm's first step over the k metrics
+    assert rec["mde"] == pytest.approx(noise.relative_mde(sd, 8, sd, 8, CFG.alpha / 2))
     # compare of two such results states its MDE by the same formula from both sides' noise
     c = cmp.compare_results(a, b, CFG)
     m = {x.name: x for x in c.metrics}["train.bs8.backward"]
     sd_b = result_noise(b, CFG)["train.bs8.backward"]["process_sd"]
-    assert m.mde == pytest.approx(noise.relative_mde(sd, 8, sd_b, 8, CFG.alpha))
+    assert m.mde == pytest.approx(noise.relative_mde(sd, 8, sd_b, 8, CFG.alpha / 2))
     sides = m.level["noise_components"]
     assert sides["old"]["process_sd"] == pytest.approx(sd)
     assert result_noise(_result(rng, 1), CFG) == {}

@@ -243,7 +243,7 @@ def _judge(
         meta = metric.meta or old.measurements[row.metric].meta or {}
         pair, level = judged[row.metric], levels[row.metric]
         row, reason = _honest(row, level, cfg, len(judged), repeats)
-        mde = _mde(row, pair, level, cfg, seed)
+        mde = _mde(row, pair, level, cfg, seed, len(judged))
         out.append(
             MetricResult(
                 row, metric.unit, pair.basis, dict(meta), mismatch,
@@ -270,16 +270,16 @@ def _honest(
 
 
 def _mde(
-    row: stats.MetricComparison, pair: Pair, level: Level, cfg: CompareConfig, seed: int
+    row: stats.MetricComparison, pair: Pair, level: Level, cfg: CompareConfig, seed: int, k: int
 ) -> float | None:
     """Minimum detectable effect (fraction of median_old) at the level judged: for replicates,
-    from both sides' process-level noise (stats.noise.relative_mde, the figure a throughput
-    result states for itself); else from the bootstrap standard errors of the two medians (as
-    the verdicts' own MDE), never below the between-process noise bar, and None when that was
-    not measured."""
+    from both sides' process-level noise at alpha/k, Holm's first step over the k judged
+    metrics (stats.noise.relative_mde, the figure a throughput result states for itself);
+    else from the bootstrap standard errors of the two medians (as the verdicts' own MDE),
+    never below the between-process noise bar, and None when that was not measured."""
     if row.median_old <= 0:
         return None
-    by_process = level.replicate_mde(cfg.alpha) if level.basis == "replicates" else None
+    by_process = level.replicate_mde(cfg.alpha / k) if level.basis == "replicates" else None
     if by_process is not None:
         return by_process
     if row.mde is not None:

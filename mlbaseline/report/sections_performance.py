@@ -123,7 +123,8 @@ def noise_table(results: Sequence[Result], gs: Sequence[Group]) -> list[str]:
                "between share", "within sd", "between sd"]  # fmt: skip
     return [
         "Minimum detectable effect (MDE) of a compare of two runs like this one, per stage: "
-        "changes smaller than this cannot be seen (α from `compare.alpha`, power 80%, from the "
+        "changes smaller than this cannot be seen (at `compare.alpha`/k, Holm over the k metrics "
+        "judged, power 80%, from the "
         "spread of the per-process medians). Noise of the step: share of its variance between "
         "processes, and the within/between-process standard deviations (log scale ≈ relative).",
         "",

@@ -16,7 +16,8 @@ The figure a comparison judges is the per-process median, so the noise of one *r
 is the standard deviation of the log per-process medians (``process_sd``, measured directly:
 it holds the between-process part and what n steps leave of the within part). The MDE of a
 comparison of two results with p_old and p_new processes is :func:`relative_mde` of those sds:
-``expm1((z_{1−α/2} + z_power) · sqrt(sd_old²/p_old + sd_new²/p_new))`` — the one
+``expm1((z_{1−α'/2} + z_power) · sqrt(sd_old²/p_old + sd_new²/p_new))`` at α' = α/k, Holm's
+first step over the k metrics judged (a change in one stage alone must pass it) — the one
 implementation used by throughput results (``data["noise"]``) and by ``mlb compare``.
 
 The smallest Mann-Whitney p of N vs N values caps what N replicates can ever show; with Holm over
@@ -127,12 +128,14 @@ def replicates_reachable(k: int, alpha: float, at_least: int = 1) -> int:
 def replicates_for_mde(
     sd: float, target: float, k: int, alpha: float, at_least: int = 2, power: float = POWER
 ) -> int:
-    """Fewest replicates per side (N vs N, same sd both sides) whose MDE is <= target AND whose
-    Mann-Whitney p can pass Holm's first step over k metrics: advice that can pass the gate."""
+    """Fewest replicates per side (N vs N, same sd both sides) whose MDE at alpha/k is <= target
+    AND whose Mann-Whitney p can pass Holm's first step over k metrics: advice that can pass
+    the gate."""
     if target <= 0:
         raise ValueError("target must be > 0")
     n = replicates_reachable(k, alpha, at_least)
-    while n < MAX_REPLICATES and relative_mde(sd, n, sd, n, alpha, power) > target:
+    alpha_k = alpha / max(1, k)
+    while n < MAX_REPLICATES and relative_mde(sd, n, sd, n, alpha_k, power) > target:
         n += 1
     return n
 
@@ -162,7 +165,7 @@ def summary(
         "alpha": alpha,
         "power": power,
         "metrics_judged": k,
-        "mde": relative_mde(comp.process_sd, p, comp.process_sd, p, alpha, power),
+        "mde": relative_mde(comp.process_sd, p, comp.process_sd, p, alpha / max(1, k), power),
         "holm_reachable": floor_p < alpha / max(1, k),
         "replicates_for_holm": replicates_reachable(k, alpha, 2),
         "replicates_for_threshold": replicates_for_mde(
