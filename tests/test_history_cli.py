@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -251,3 +254,23 @@ def test_report_view_and_section(tmp_path, store):
     assert report_view([other], cfg) is None
     empty = ReportContext(results=[other], sources=[None])
     assert "_Not measured" in "\n".join(section_history(empty))
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_ci_gate_makefile_against_history(tmp_path, store):
+    """examples/ci-gate.mk's perf-gate-history, as the README shows it (one fresh process)."""
+    assert mlb("history", "add", *_baselines(tmp_path)).exit_code == 0
+    slow = write(
+        synthetic(51, slower={"backward": 1.2}, created_at=stamp(61)), tmp_path / "slow.json"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    res = subprocess.run(
+        [
+            "make", "-s", "-f", str(repo / "examples/ci-gate.mk"), "perf-gate-history",
+            f"MLB={Path(sys.executable).parent / 'mlb'}", f"CANDIDATE={slow}",
+            "COMPARE_FLAGS=--quiet --set compare.n_resamples=500",
+        ],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "perf-gate-history: REGRESSION against the history" in res.stdout
