@@ -140,3 +140,19 @@ def test_the_control_kernel_is_not_counted_among_the_judged_metrics():
     r.add_metric(kernel.metric())
     assert judged_names(r) == ["train.bs8.step", "train.bs8.backward"]
     assert result_noise(r, CFG)["train.bs8.step"]["metrics_judged"] == 2
+
+
+def test_replicates_for_mde_is_the_fewest_count_that_meets_the_target():
+    """Bisection gives the same count as stepping up one by one (the definition)."""
+    from mlbaseline.stats import noise as sn
+
+    def stepping(sd: float, target: float, k: int) -> int:
+        n = sn.replicates_reachable(k, 0.05, 2)
+        while n < sn.MAX_REPLICATES and sn.relative_mde(sd, n, sd, n, 0.05 / k) > target:
+            n += 1
+        return n
+
+    for sd in (0.0, 0.002, 0.02, 0.1, 0.4):
+        for target in (0.01, 0.05):
+            for k in (1, 8):
+                assert sn.replicates_for_mde(sd, target, k, 0.05) == stepping(sd, target, k)
