@@ -61,6 +61,9 @@ def main() -> None:
     for _ in range(n_warm):
         step()
     me = psutil.Process()
+    import resource
+
+    flt0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     cpu0, own0, steal0, wall0 = psutil.cpu_times(), me.cpu_times(), _steal_s(), time.monotonic()
     times, control, cpus = [], [], []
     for _ in range(steps):
@@ -71,6 +74,8 @@ def main() -> None:
         control.append((time.perf_counter_ns() - t0) / 1e9)
         cpus.append(_cpu_of_self())
     wall = time.monotonic() - wall0
+    # minor page faults per measured step: the allocator handing pages back and faulting them in
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt0) / steps
     cpu1, own1 = psutil.cpu_times(), me.cpu_times()
     busy = sum(getattr(cpu1, f) - getattr(cpu0, f) for f in ("user", "system", "nice", "irq"))
     own = (own1.user - own0.user) + (own1.system - own0.system)
@@ -87,6 +92,7 @@ def main() -> None:
                 "steal_cores": (_steal_s() - steal0) / wall,
                 "load1": os.getloadavg()[0],
                 "threads": torch.get_num_threads(),
+                "minor_faults_per_step": faults,
             }
         )
     )

@@ -150,7 +150,7 @@ class ThroughputConfig:
         "both", "Gradient sync timing in multi-process runs.", choices=("allreduce", "ddp", "both")
     )
     repeats: int | str = _f(
-        1,
+        "auto",
         "Fresh-process replicates: a number (1: this process only), or auto: at least 3, until "
         "the median is known to repro_target, within replicates_budget_s.",
         min=1,

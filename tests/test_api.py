@@ -26,6 +26,7 @@ from mlbaseline.results import load_result
 # a small rule so that a loop settles in a few dozen fake steps
 OVER = {
     "throughput.min_time_s": 0.0,
+    "throughput.repeats": 1,  # one process: replicates are tested apart
     "throughput.min_steps": 8,
     "throughput.max_steps": 60,
     "throughput.max_time_s": 1e6,

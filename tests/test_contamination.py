@@ -113,7 +113,7 @@ def test_a_real_tiny_run_records_control_and_account(tmp_path):
         "workload.model": "builtin:tiny_mlp", "workload.image_size": 8,
         "workload.dataset_size": 32, "throughput.batch_sizes": [4], "throughput.mode": "train",
         "throughput.min_time_s": 0.0, "throughput.min_steps": 16, "throughput.max_steps": 16,
-        "throughput.telemetry": False, "throughput.control_every": 4,
+        "throughput.telemetry": False, "throughput.control_every": 4, "throughput.repeats": 1,
     })  # fmt: skip
     r = run_throughput(cfg)
     control = r.measurements["control.matmul"]

@@ -24,6 +24,7 @@ SMALL = {
     "throughput.batch_sizes": [4],
     "throughput.nproc": 2,
     "throughput.min_time_s": 0.0,
+    "throughput.repeats": 1,  # one process: replicates are tested apart
     "throughput.min_steps": 6,
     "throughput.max_steps": 6,
     "throughput.window": 4,

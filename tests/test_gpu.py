@@ -102,6 +102,7 @@ def _cfg(**over):
         "golden.subset_size": 256,
         "throughput.batch_sizes": [16],
         "throughput.min_time_s": 0.0,
+        "throughput.repeats": 1,  # one process: replicates are tested apart
         "throughput.min_steps": 10,
         "throughput.max_steps": 20,
         "throughput.window": 4,

@@ -18,6 +18,7 @@ from mlbaseline.results import load_result
 
 RULE = {
     "throughput.min_time_s": 0.0,
+    "throughput.repeats": 1,  # one process: replicates are tested apart
     "throughput.min_steps": 6,
     "throughput.max_steps": 200,
     "throughput.window": 3,

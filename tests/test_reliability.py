@@ -64,6 +64,7 @@ TINY: dict[str, Any] = {
     "throughput.mode": "train",
     "throughput.batch_sizes": [2, 4],
     "throughput.min_time_s": 0.0,
+    "throughput.repeats": 1,  # one process: replicates are tested apart
     "throughput.min_steps": 3,
     "throughput.max_steps": 3,
     "throughput.window": 2,
@@ -297,7 +298,7 @@ def bad(case_id: str, args: str, fragment: str, setup=None, marks=()) -> Any:
     return pytest.param(Bad(tuple(args.split()), fragment, setup), id=case_id, marks=marks)
 
 
-TP = "throughput --quiet -o {tmp}/out.json"
+TP = "throughput --quiet --repeats 1 -o {tmp}/out.json"  # factories live in this module
 LAT = "latency --quiet -o {tmp}/out.json --requests 5"
 BAD_INPUT = [
     # config files

@@ -146,3 +146,19 @@ def test_auto_replicates_that_run_out_of_budget_warn_with_a_reachable_count(monk
     assert plan["stop"] == "max" and plan["replicates"] == 4
     warning = next(w for w in result.warnings if w.get("code") == "repro_target")
     assert warning["needed"] > 4 and f"~{warning['needed']}" in warning["message"]
+
+
+def test_bad_input_in_the_first_replicate_is_one_error_exit_2(monkeypatch) -> None:
+    import pytest
+
+    from mlbaseline.config import resolve
+    from mlbaseline.errors import UsageError
+    from mlbaseline.measure.gpu import NullProbe
+    from mlbaseline.progress import NullProgress
+    from mlbaseline.runners import throughput as tp
+
+    bad = tp.ChildRun(None, "Error: workload.model: cannot import module 'nope'", 2, False)
+    monkeypatch.setattr(tp, "run_child", lambda cmd: bad)
+    over = {"throughput.repeats": "auto", "throughput.telemetry": False}
+    with pytest.raises(UsageError, match=r"^workload\.model: cannot import module 'nope'$"):
+        tp.run_throughput(resolve(overrides=over), NullProgress(), NullProbe())

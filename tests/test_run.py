@@ -17,6 +17,7 @@ TINY = {
     "workload.image_size": 16,
     "throughput.batch_sizes": [4],
     "throughput.min_time_s": 0.0,
+    "throughput.repeats": 1,  # one process: replicates are tested apart
     "throughput.min_steps": 4,
     "throughput.max_steps": 8,
     "throughput.window": 2,

@@ -40,6 +40,7 @@ def config(model: dict[str, Any] | None = None, **over: Any):
         "throughput.mode": "train",
         "throughput.batch_sizes": [4],
         "throughput.min_time_s": 0.0,
+        "throughput.repeats": 1,  # one process: replicates are tested apart
         "throughput.min_steps": 10,
         "throughput.max_steps": 10,
         "throughput.window": 4,
@@ -223,6 +224,7 @@ def test_overlong_text_samples_become_a_warning():
             "throughput.mode": "train",
             "throughput.batch_sizes": [8],
             "throughput.min_time_s": 0.0,
+            "throughput.repeats": 1,  # one process: replicates are tested apart
             "throughput.min_steps": 4,
             "throughput.max_steps": 4,
             "throughput.window": 4,
@@ -359,7 +361,7 @@ def cli_args(tmp_path: Path) -> list[str]:
     cfg.write_text(
         "workload:\n  model: workloads_slow:slow_model\n  dataset: workloads_slow:slow_dataset\n"
         "  loss: workloads_slow:SlowLoss\n  device: cpu\n  threads: 1\n"
-        "throughput:\n  min_steps: 6\n  max_steps: 6\n  window: 4\n  warmup_min: 1\n"
+        "throughput:\n  repeats: 1\n  min_steps: 6\n  max_steps: 6\n  window: 4\n  warmup_min: 1\n"
         "  warmup_max: 2\n",
         encoding="utf-8",
     )
@@ -402,6 +404,7 @@ def test_each_part_records_its_telemetry_window(tmp_path):
             "workload.image_size": 16,
             "throughput.batch_sizes": [2, 4],
             "throughput.min_time_s": 0.0,
+            "throughput.repeats": 1,  # one process: replicates are tested apart
             "throughput.min_steps": 3,
             "throughput.max_steps": 4,
             "throughput.window": 2,

@@ -38,6 +38,7 @@ SMALL = {
     "throughput.mode": "train",
     "throughput.batch_sizes": [4],
     "throughput.min_time_s": 0.0,
+    "throughput.repeats": 1,  # one process: replicates are tested apart
     "throughput.min_steps": 6,
     "throughput.max_steps": 6,
     "throughput.window": 4,

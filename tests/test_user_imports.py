@@ -104,7 +104,8 @@ def test_a_dataset_factory_without_a_transform_argument_is_error_exit_2(tmp_path
     }
     with pytest.raises(ConfigError, match="has no `transform` argument"):
         build_dataset(cfg(**over))
-    args = ["throughput", "--quiet", "-o", str(tmp_path / "r.json")]
+    # one process: the factories live in this test module, on pytest's sys.path only
+    args = ["throughput", "--quiet", "--repeats", "1", "-o", str(tmp_path / "r.json")]
     for key, value in over.items():
         args += ["--set", f"{key}={value}"]
     res = runner.invoke(app, args)
@@ -278,6 +279,7 @@ def test_the_example_workload_runs_from_another_folder(
     monkeypatch.chdir(tmp_path)
     tiny = [
         "throughput.mode=train",
+        "throughput.repeats=1",
         "throughput.min_time_s=0",
         "throughput.min_steps=4",
         "throughput.max_steps=4",

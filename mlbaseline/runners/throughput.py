@@ -37,7 +37,7 @@ from mlbaseline import stats
 from mlbaseline.comparison.noise import result_noise
 from mlbaseline.config import CompareConfig, Config, build
 from mlbaseline.envinfo import fingerprint
-from mlbaseline.errors import HardwareUnavailableError, MlbError
+from mlbaseline.errors import ExitCode, HardwareUnavailableError, MlbError, UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.contamination import CpuAccount
 from mlbaseline.measure.contamination import record as record_contamination
@@ -570,6 +570,10 @@ def run_replicates(
                     run = run_child(child_command(config_path))
                 walls.append(time.perf_counter() - start)
                 doc = run.result
+                if doc is None and r == 0 and run.returncode == ExitCode.BAD_INPUT:
+                    # bad input (a config, a model that cannot be imported) is the same in
+                    # every replicate: say it once, as this process would have, exit 2
+                    raise UsageError(run.error.removeprefix("Error: "))
                 if doc is None:
                     if run.interrupted:
                         result.mark("interrupted", f"Ctrl-C during replicate {r}")
