@@ -98,6 +98,11 @@ class WorkloadConfig:
     deterministic: bool = _f(True, "torch.backends.cudnn.deterministic.")
     cudnn_benchmark: bool = _f(False, "torch.backends.cudnn.benchmark (False keeps kernels fixed).")
     threads: int | None = _f(None, "torch.set_num_threads; default: torch's own choice.", min=1)
+    malloc_tuning: bool = _f(
+        True,
+        "glibc mallopt: fixed mmap/trim thresholds, so freed activations are not faulted in "
+        "again every step (bench drift: in-process CV halved); recorded in the result.",
+    )
     compile: str = _f(
         "off",
         "torch.compile mode for training and inference (`off`: eager). The first step's "

@@ -381,7 +381,8 @@ def test_real_fresh_processes_aa_end_to_end(tmp_path):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     r = load_result(out, kinds=["ab"])
-    assert r.data["pairs_done"] == 6 and not r.data["dropped"] and _regressed(r) == []
+    why = (r.data.get("stop_reason"), r.data.get("dropped"), r.status, r.notes)
+    assert r.data["pairs_done"] == 6 and not r.data["dropped"] and _regressed(r) == [], why
     assert any(w["code"] == "too_few_pairs" for w in r.warnings)
     for arm in ("a", "b"):
         assert len(load_result(tmp_path / f"ab.{arm}.json").data["replicates"]) == 6

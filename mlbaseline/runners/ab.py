@@ -26,6 +26,7 @@ from mlbaseline.comparison.drift import signature as drift_signature
 from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import NotComparableError, UsageError
+from mlbaseline.measure.allocator import tune as tune_malloc
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.contamination import CpuAccount
 from mlbaseline.measure.contamination import record as record_contamination
@@ -314,6 +315,12 @@ def run_ab(
     if pairs < 1:
         raise UsageError(f"--pairs: at least 1, got {pairs}")
     device = _check_arms(cfg_a, cfg_b)
+    if cfg_a.workload.malloc_tuning != cfg_b.workload.malloc_tuning:
+        raise UsageError(
+            "workload.malloc_tuning: one process has one allocator setting; "
+            "compare it with --processes"
+        )
+    allocator = tune_malloc(cfg_a.workload.malloc_tuning)
     seed = cfg_a.golden.seed if seed is None else seed
     progress = progress or NullProgress()
     order = abba_order(pairs, seed)
@@ -337,6 +344,7 @@ def run_ab(
             batches.close()
     meta = {
         "device": device,
+        "allocator": allocator,
         "pairs_requested": pairs,
         "budget_s": budget_s,
         "warmup_steps": warmup,

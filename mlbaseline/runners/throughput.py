@@ -38,6 +38,7 @@ from mlbaseline.comparison.noise import result_noise
 from mlbaseline.config import CompareConfig, Config, build
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import ExitCode, HardwareUnavailableError, MlbError, UsageError
+from mlbaseline.measure.allocator import tune as tune_malloc
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.contamination import CpuAccount
 from mlbaseline.measure.contamination import record as record_contamination
@@ -365,16 +366,19 @@ def _prepare(cfg: Config, probe: GpuProbe) -> tuple[str, Result]:
         )
     if w.threads:
         torch.set_num_threads(w.threads)
+    allocator = tune_malloc(w.malloc_tuning)
     flags = set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
     result = Result(kind="throughput", config=cfg.to_dict())
     result.environment = fingerprint(cfg.to_dict(), probe, device)
     result.environment["informational"]["determinism"] = flags
+    result.environment["informational"]["malloc_tuning"] = allocator["malloc_tuning"]
     result.data = {
         "device": device,
         "mode": t.mode,
         "nproc": t.nproc,
         "repeats": t.repeats,
         "determinism": flags,
+        "allocator": allocator,
         "timer": make_timer(device).kind,
         "torch_threads": torch.get_num_threads(),
         "stages": list(DIST_STAGES if t.nproc > 1 else TRAIN_STAGES),
