@@ -731,3 +731,20 @@ def test_environment_table_shows_the_measuring_process_settings(tmp_path):
     assert "torch 1," in threads
     md = render_report([env], tmp_path / "only-env").markdown_path.read_text()
     assert "cudnn.deterministic=False" in md  # no throughput: the env-check's is all there is
+
+
+def test_cv_advice_for_the_dataloader_is_one_it_can_follow():
+    """mlb dataloader has no --repeats: its one-process advice must not offer one."""
+    r = Result(kind="dataloader")
+    r.add_metric(
+        Metric(
+            "dataloader.w0.batch",
+            "s",
+            False,
+            [0.01, 0.011, 0.012, 0.0105],
+            meta={"group": "dataloader.w0", "role": "batch"},
+        )
+    )
+    found = [s for s in signals.cv_signals([r]) if s.subject == "dataloader.w0.batch"]
+    assert found and "--repeats" not in found[0].message
+    assert "run it again" in found[0].message

@@ -191,10 +191,16 @@ def cv_signals(results: Sequence[Result]) -> list[Signal]:
             out.append(_replicate_cv_signal(metric.name, reps, noise.get(metric.name)))
         elif len(values) >= 2:
             cv = stats.summarize(values).cv
+            # only mlb throughput / mlb run take fresh-process replicates: advise what exists
+            how = (
+                "--repeats 3 or more measures it"
+                if not metric.name.startswith("dataloader.")
+                else "mlb dataloader runs one process; run it again to see that spread"
+            )
             why = (
                 f"{metric.name}: one process only (in-process CV {cv:.1%} over {len(values)} "
                 "samples); the spread between processes, where most noise on a shared machine "
-                "is, was not measured: --repeats 3 or more measures it"
+                f"is, was not measured: {how}"
             )
             out.append(Signal("cv", False, None, CV_LIMIT, why, metric.name, measured=False))
     return out or [_not_measured("cv", "no throughput samples", CV_LIMIT)]
