@@ -14,6 +14,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,10 @@ def main() -> int:
     parser.add_argument("--only", default="all", help="comma-separated sections, or 'all'")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
     args = parser.parse_args()
+    # the bench's own `mlb` runs must not land in the user's history store
+    os.environ.setdefault(
+        "MLB_HISTORY", str(Path(tempfile.mkdtemp(prefix="mlb-bench-")) / "h.sqlite")
+    )
     available = sections()
     chosen = list(available) if args.only == "all" else args.only.split(",")
     unknown = [c for c in chosen if c not in available]
