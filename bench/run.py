@@ -94,7 +94,12 @@ def main() -> int:
         if args.only != "all":
             out = ROOT / "bench" / "out" / f"RESULTS-{args.only.replace(',', '-')}.md"
             out.parent.mkdir(exist_ok=True)
-        out.write_text(header + table + "\n", encoding="utf-8")
+        # the notes and per-section write-ups under the table (## headings) are kept
+        kept = ""
+        if out.exists():
+            old = out.read_text(encoding="utf-8")
+            kept = old[old.index("\n## ") :] if "\n## " in old else ""
+        out.write_text(header + table + "\n" + kept, encoding="utf-8")
         print(f"[bench] written to {out.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
