@@ -5,10 +5,10 @@ The workload is a small real conv net (`busy_workloads:SpinCnn`, batch 16, one t
 machine's noise is in every stage; B adds a busy-wait in backward of 3% of A's step median
 (calibrated in this run). Per trial:
 - paired: `run_ab` (in one process, ABBA order) for A/A and for A/B, `PAIRS` pairs each;
-- unpaired: two separate `mlb throughput` runs (A, then B, or A then A; `run_throughput` in this
-  process, one after the other) compared with `compare_results`, as a user who runs twice and
-  compares would. Fresh processes would add the between-process noise on top (see `drift`), so
-  this side is the unpaired comparison at its most favourable.
+- unpaired: two separate single-process `mlb throughput` runs (A, then B, or A then A;
+  `run_throughput` in this process, one after the other) compared with `compare_results`,
+  as a user who runs twice and compares would. Fresh processes would add the between-process
+  noise on top (see `drift`), so this side is the unpaired comparison at its most favourable.
 A trial "catches" the slowdown when backward is the only regressed stage (the step may be
 regressed too); an A/A trial is a false alarm when any stage or the step is regressed.
 """

@@ -9,6 +9,7 @@ importable because `bench/` is on sys.path when the bench runs).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -224,7 +225,10 @@ def spin_cnn_overrides(backward_s: float = 0.0) -> dict[str, Any]:
         "workload.num_classes": 10,
         "workload.device": "cpu",
         "workload.threads": 1,
+        # fresh processes (replicates) find this module too
+        "workload.import_paths": [str(Path(__file__).resolve().parent)],
         "throughput.mode": "train",
+        "throughput.repeats": 1,  # the `ab` section's unpaired side: one process per run
         "throughput.batch_sizes": [16],
         "throughput.telemetry": False,
         "throughput.min_time_s": 1.0,
