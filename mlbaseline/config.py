@@ -156,7 +156,7 @@ class ThroughputConfig:
     )
     repeats: int | str = _f(
         "auto",
-        "Fresh-process replicates: a number (1: this process only), or auto: at least 3, until "
+        "Fresh-process replicates: a number (1: this process only), or auto: at least 5, until "
         "the median is known to repro_target, within replicates_budget_s.",
         min=1,
         choices=("auto",),

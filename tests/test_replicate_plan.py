@@ -20,10 +20,11 @@ def _medians(cv: float, k: int, seed: int = 0) -> list[float]:
 
 
 def test_stops_at_target_only_after_the_minimum() -> None:
-    quiet = {"train.bs16.step": _medians(0.001, 2)}
-    assert decide(quiet, [5.0, 5.0], PLAN).stop is None  # 2 < MIN_AUTO, however quiet
-    quiet = {"train.bs16.step": _medians(0.001, 3)}
-    d = decide(quiet, [5.0] * 3, PLAN)
+    k = MIN_AUTO
+    quiet = {"train.bs16.step": _medians(0.001, k - 1)}
+    assert decide(quiet, [5.0] * (k - 1), PLAN).stop is None  # below MIN_AUTO, however quiet
+    quiet = {"train.bs16.step": _medians(0.001, k)}
+    d = decide(quiet, [5.0] * k, PLAN)
     assert d.stop == "target" and d.half_width is not None and d.half_width <= PLAN.target
 
 
@@ -112,7 +113,7 @@ def test_auto_replicates_stop_at_the_target_and_say_so(monkeypatch) -> None:
     from mlbaseline.progress import NullProgress
     from mlbaseline.runners import throughput as tp
 
-    medians = iter([0.100, 0.1004, 0.0998, 0.1001, 0.1])
+    medians = iter([0.100, 0.1004, 0.0998, 0.1001, 0.1, 0.1002, 0.0999])
     calls: list[list[str]] = []
 
     def fake_child(cmd: list[str]) -> tp.ChildRun:
@@ -123,9 +124,10 @@ def test_auto_replicates_stop_at_the_target_and_say_so(monkeypatch) -> None:
     over = {"throughput.repeats": "auto", "throughput.telemetry": False}
     result = tp.run_throughput(resolve(overrides=over), NullProgress(), NullProbe())
     plan = result.data["replicate_plan"]
-    assert len(calls) == 3 and plan["stop"] == "target" and plan["replicates"] == 3
-    assert "3 replicates: median known to" in plan["message"]
-    assert sorted(set(result.measurements["train.bs4.step"].replicate)) == [0, 1, 2]
+    k = MIN_AUTO
+    assert len(calls) == k and plan["stop"] == "target" and plan["replicates"] == k
+    assert f"{k} replicates: median known to" in plan["message"]
+    assert sorted(set(result.measurements["train.bs4.step"].replicate)) == list(range(k))
     assert not any(w.get("code") == "repro_target" for w in result.warnings)
 
 
@@ -140,12 +142,12 @@ def test_auto_replicates_that_run_out_of_budget_warn_with_a_reachable_count(monk
         tp, "run_child", lambda cmd: tp.ChildRun(_child_result(next(medians), 0), "", 0, False)
     )
     over = {"throughput.repeats": "auto", "throughput.telemetry": False}
-    over["throughput.max_repeats"] = 4
+    over["throughput.max_repeats"] = MIN_AUTO + 1
     result = tp.run_throughput(resolve(overrides=over), NullProgress(), NullProbe())
     plan = result.data["replicate_plan"]
-    assert plan["stop"] == "max" and plan["replicates"] == 4
+    assert plan["stop"] == "max" and plan["replicates"] == MIN_AUTO + 1
     warning = next(w for w in result.warnings if w.get("code") == "repro_target")
-    assert warning["needed"] > 4 and f"~{warning['needed']}" in warning["message"]
+    assert warning["needed"] > MIN_AUTO + 1 and f"~{warning['needed']}" in warning["message"]
 
 
 def test_bad_input_in_the_first_replicate_is_one_error_exit_2(monkeypatch) -> None:

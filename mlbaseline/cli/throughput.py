@@ -205,7 +205,7 @@ DATA_HELP = (
 
 
 REPEATS_HELP = (
-    "Fresh-process replicates, pooled: N (1: this process only) or auto (at least 3, until the "
+    "Fresh-process replicates, pooled: N (1: this process only) or auto (at least 5, until the "
     "median is known to throughput.repro_target, within throughput.replicates_budget_s)."
 )
 
