@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,8 @@ def rows_from(step_s: float, res: dict[str, list[tuple[set[str], float]]]) -> li
         ab, aa = res[f"{mode}AB"], res[f"{mode}AA"]
         caught = sum(_caught(bad) for bad, _ in ab)
         others = sum(bool(bad & (set(STAGES) - {"backward"})) for bad, _ in ab)
+        named = Counter(s for bad, _ in ab for s in bad & (set(STAGES) - {"backward"}))
+        which = f" ({', '.join(f'{k} {v}' for k, v in named.most_common())})" if named else ""
         alarms = sum(bool(bad) for bad, _ in aa)
         wall = float(np.median([w for _, w in ab + aa]))
         rows.append(
@@ -95,7 +98,7 @@ def rows_from(step_s: float, res: dict[str, list[tuple[set[str], float]]]) -> li
                 "ab",
                 f"{label}: +3% step slowdown in backward ({SLOWDOWN * step_s * 1e3:.2f} ms on a "
                 f"{step_s * 1e3:.2f} ms step) caught, backward alone named, of {n} trials",
-                f"{caught}/{n} ({pct(caught / n)}); another stage named in {others}",
+                f"{caught}/{n} ({pct(caught / n)}); another stage named in {others}{which}",
                 "≥ 95%" if mode == "p" else "shown beside",
                 caught / n >= 0.95 if mode == "p" else None,
             )

@@ -211,7 +211,8 @@ class SpinCnn(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features(x)
-        if self.backward_s and torch.is_grad_enabled():
+        if torch.is_grad_enabled():
+            # both arms run the same graph (the node's clone included); only the spin differs
             h = _SpinInBackward.apply(h, self.backward_s)
         return self.head(h)
 
