@@ -315,12 +315,7 @@ def run_ab(
     if pairs < 1:
         raise UsageError(f"--pairs: at least 1, got {pairs}")
     device = _check_arms(cfg_a, cfg_b)
-    if cfg_a.workload.malloc_tuning != cfg_b.workload.malloc_tuning:
-        raise UsageError(
-            "workload.malloc_tuning: one process has one allocator setting; "
-            "compare it with --processes"
-        )
-    allocator = tune_malloc(cfg_a.workload.malloc_tuning)
+    allocator = _allocator(cfg_a, cfg_b)
     seed = cfg_a.golden.seed if seed is None else seed
     progress = progress or NullProgress()
     order = abba_order(pairs, seed)
@@ -357,14 +352,28 @@ def run_ab(
         cfg_a, cfg_b, log, threshold, seed, meta, control.meta() if control else None
     )
     record_contamination(result, account)
+    result.environment = _fingerprint(cfg_a, probe, device)
+    return result
+
+
+def _allocator(cfg_a: Config, cfg_b: Config) -> dict[str, Any]:
+    """The glibc malloc setting of this process, which both arms share (measure.allocator)."""
+    if cfg_a.workload.malloc_tuning != cfg_b.workload.malloc_tuning:
+        raise UsageError(
+            "workload.malloc_tuning: one process has one allocator setting; "
+            "compare it with --processes"
+        )
+    return tune_malloc(cfg_a.workload.malloc_tuning)
+
+
+def _fingerprint(cfg: Config, probe: GpuProbe | None, device: str) -> dict[str, Any]:
     own = probe is None
     probe = probe or default_probe()
     try:
-        result.environment = fingerprint(cfg_a.to_dict(), probe, device)
+        return fingerprint(cfg.to_dict(), probe, device)
     finally:
         if own:
             probe.close()
-    return result
 
 
 __all__ = [
