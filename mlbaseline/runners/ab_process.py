@@ -276,17 +276,7 @@ def run_ab_processes(
     batch = {arm: spec.cfg.throughput.batch_sizes[0] for arm, spec in arms.items()}
     turn = {"mode": "train", "min_time_s": turn_s, "max_time_s": round(TURN_CAP * turn_s, 6)}
     with tempfile.TemporaryDirectory(prefix="mlb-ab-") as tmp:
-        paths = {
-            arm: write_child_config(
-                spec.cfg,
-                Path(tmp),
-                f"{arm}.yaml",
-                changes_only=True,
-                batch_sizes=[batch[arm]],
-                **turn,
-            )
-            for arm, spec in arms.items()
-        }
+        paths = _turn_configs(arms, Path(tmp), batch, turn)
         turns = _Turns(arms, paths, batch, launcher or launch, clock)
         progress = progress or NullProgress()
         with progress.task("ab: pairs (fresh processes)", total=pairs) as task:
@@ -319,6 +309,18 @@ def run_ab_processes(
         last = log.dropped[-1]["error"] if log.dropped else ""
         result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
     return ProcessRun(result, arm_results)
+
+
+def _turn_configs(
+    arms: dict[str, Arm], tmp: Path, batch: dict[str, int], turn: dict[str, Any]
+) -> dict[str, Path]:
+    """Each arm's child config: what differs from its profile, one batch size, a short turn."""
+    return {
+        arm: write_child_config(
+            spec.cfg, tmp, f"{arm}.yaml", changes_only=True, batch_sizes=[batch[arm]], **turn
+        )
+        for arm, spec in arms.items()
+    }
 
 
 def arm_paths(output: Path) -> dict[str, Path]:
