@@ -254,6 +254,23 @@ def _quiet_cpp_extension_log() -> None:
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
+def _infer_input(
+    spec: DataSpec, batch_size: int, device: str, dtype: torch.dtype, fmt: torch.memory_format
+) -> Any:
+    """The one fixed input batch inference is timed on, already on the device."""
+    from torch.utils.data import DataLoader
+
+    if len(spec.dataset) < batch_size:
+        raise ValueError(f"the dataset has {len(spec.dataset)} samples: fewer than one batch")
+    loader = DataLoader(spec.dataset, batch_size=batch_size, collate_fn=spec.collate_fn)
+    x, _ = split_batch(next(iter(loader)))
+    del loader
+    x = to_device(x, device, dtype)
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        x = x.contiguous(memory_format=fmt)
+    return x
+
+
 def infer_one_size(
     cfg: Config,
     spec: DataSpec,
@@ -265,7 +282,6 @@ def infer_one_size(
     """Forward only, under inference_mode, on one fixed batch already on the device."""
     _quiet_cpp_extension_log()
     from torch.utils import benchmark
-    from torch.utils.data import DataLoader
 
     w = cfg.workload
     set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
@@ -275,14 +291,7 @@ def infer_one_size(
     model = build_model(w).to(device=device, dtype=dtype)
     materialize(model, spec, device, dtype)
     model = compile_model(model.to(memory_format=fmt).eval(), w)
-    if len(spec.dataset) < batch_size:
-        raise ValueError(f"the dataset has {len(spec.dataset)} samples: fewer than one batch")
-    loader = DataLoader(spec.dataset, batch_size=batch_size, collate_fn=spec.collate_fn)
-    x, _ = split_batch(next(iter(loader)))
-    del loader
-    x = to_device(x, device, dtype)
-    if isinstance(x, torch.Tensor) and x.dim() == 4:
-        x = x.contiguous(memory_format=fmt)
+    x = _infer_input(spec, batch_size, device, dtype, fmt)
 
     def forward(m: nn.Module = model, inp: Any = x) -> Any:
         with precision.autocast():
