@@ -8,7 +8,7 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -31,17 +31,12 @@ from mlbaseline.cli.common import (
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.results import Result, write_result
-from mlbaseline.runners.ab import DEFAULT_PAIRS, run_ab
-from mlbaseline.runners.ab_process import (
-    DEFAULT_PROCESS_PAIRS,
-    DEFAULT_TURN_S,
-    Arm,
-    ProcessRun,
-    arm_paths,
-    parse_env,
-    run_ab_processes,
-)
-from mlbaseline.runners.throughput import CHILD_PREFIX
+
+if TYPE_CHECKING:
+    from mlbaseline.runners.ab_process import Arm, ProcessRun
+
+# the runners import torch: they are imported when the command runs, not when `mlb` starts
+from mlbaseline.measure.interleave import DEFAULT_PAIRS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S
 from mlbaseline.stats.paired import PAIRED_THRESHOLD
 
 _STYLE = {"regressed": "red", "improved": "green", "unchanged": "", "inconclusive": "yellow"}
@@ -170,10 +165,14 @@ def _prefix(arm: str, python: Path | None, cmd: str | None) -> tuple[str, ...]:
         if not words or shutil.which(words[0]) is None:
             raise UsageError(f"--cmd-{arm}: {cmd!r}: no such command")
         return tuple(words)
+    from mlbaseline.runners.throughput import CHILD_PREFIX
+
     return CHILD_PREFIX
 
 
 def _process_arm(cfg: Config, o: AbOptions, arm: str) -> Arm:
+    from mlbaseline.runners.ab_process import Arm, parse_env
+
     python, cmd, cwd, env = o.arm_options(arm)
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd-{arm}: {cwd}: not a directory")
@@ -194,6 +193,8 @@ def _check(o: AbOptions) -> None:
 
 def _write_arms(run: ProcessRun, output: Path | None, force: bool, ui: Ui) -> None:
     """Each arm's pooled result beside the verdict (ab.json → ab.a.json, ab.b.json)."""
+    from mlbaseline.runners.ab_process import arm_paths
+
     if output is None:
         return
     for arm, path in arm_paths(output).items():
@@ -230,6 +231,9 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
     def prepare(cfg: Config) -> None:
         for arm, extra in (("a", o.set_a), ("b", o.set_b)):
             arms[arm] = load_config(common.config, common.profile, _arm_sets(common, extra))
+
+    from mlbaseline.runners.ab import run_ab
+    from mlbaseline.runners.ab_process import arm_paths, run_ab_processes
 
     def measure(cfg: Config, ui: Ui) -> Result:
         if o.fresh:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import random
 
+# Defaults of `mlb ab` (here, torch-free, so that the CLI can show them without importing torch)
+DEFAULT_PAIRS = 55  # in one process: the A/A run, ±2.5 % CI of the per-pair ratio
+DEFAULT_PROCESS_PAIRS = 12  # fresh processes: above the 9 that can pass Holm over 7 stages
+DEFAULT_TURN_S = 2.0  # measured seconds per fresh-process turn: a pair is a short time span
+
 ARMS = ("a", "b")
 BLOCKS = (("AB", "BA"), ("BA", "AB"))
 

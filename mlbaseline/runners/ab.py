@@ -33,7 +33,7 @@ from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.measure.control import ControlKernel, make_control
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.gpu import GpuProbe, default_probe
-from mlbaseline.measure.interleave import ARMS, abba_order, arms_of
+from mlbaseline.measure.interleave import ARMS, DEFAULT_PAIRS, abba_order, arms_of
 from mlbaseline.measure.step import TRAIN_STAGES, Batches, SingleProcess, StepRecord, TrainStep
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
@@ -46,7 +46,6 @@ from mlbaseline.workloads.factory import build_dataset
 
 COMPARED = (*TRAIN_STAGES, "step")  # what gets a verdict; the residual is kept, not judged
 RECORDED = (*COMPARED, "residual")
-DEFAULT_PAIRS = 55  # the A/A run: ±2.5 % CI of the per-pair ratio
 MAX_FAILURES = 3  # failed turns in a row that stop a run (a broken arm, not a glitch)
 
 

@@ -31,7 +31,7 @@ from mlbaseline import stats
 from mlbaseline.config import Config, flatten
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
-from mlbaseline.measure.interleave import ARMS, abba_order
+from mlbaseline.measure.interleave import ARMS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S, abba_order
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
@@ -54,8 +54,6 @@ from mlbaseline.runners.throughput import (
     write_child_config,
 )
 
-DEFAULT_PROCESS_PAIRS = 12  # above the 9 that can pass Holm over 7 stages; ~25 processes
-DEFAULT_TURN_S = 2.0  # measured seconds per turn: short, so that a pair is a short time span
 TURN_CAP = 3.0  # a turn's stop-rule cap, warm-up included, as a multiple of turn_s
 METHOD = (
     "fresh process per arm turn; per-pair log-ratio B/A of each process's per-stage medians; "
