@@ -80,11 +80,6 @@ def total_medians(children: Sequence[Any]) -> dict[str, list[float]]:
     return out
 
 
-def _cv(values: Sequence[float]) -> float:
-    x = np.asarray(values, dtype=np.float64)
-    return float(np.std(x, ddof=1) / np.mean(x)) if x.size > 1 and np.mean(x) > 0 else 0.0
-
-
 def worst_half_width(
     medians: Mapping[str, Sequence[float]], confidence: float
 ) -> tuple[float | None, str | None, float]:
@@ -94,7 +89,7 @@ def worst_half_width(
     for name, values in medians.items():
         if len(values) < 2:
             continue
-        cv = _cv(values)
+        cv = stats.summarize(values).cv  # the report's cv signal judges the same figure
         hw = stats.relative_t_half_width(cv, len(values), confidence)
         if worst[0] is None or hw > worst[0]:
             worst = (hw, name, cv)
