@@ -45,8 +45,9 @@ def attribute_all(
 ) -> list[Attribution]:
     by_name = {m.name: m for m in metrics}
     out = []
+    old_groups = _groups(old)
     for group, total in _groups(new).items():
-        if total not in pairs or _groups(old).get(group) != total:
+        if total not in pairs or old_groups.get(group) != total:
             continue
         order = list(new.measurements[total].meta.get("stages") or [])
         stages = _members(new, group, "stage")

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from mlbaseline import stats
 from mlbaseline.comparison.matching import replicate_medians, threshold_for
 from mlbaseline.config import CompareConfig
 from mlbaseline.results import Metric, Result
@@ -111,17 +112,18 @@ def _side_cv(metric: Metric) -> tuple[float, int] | None:
     mean = float(np.mean(medians))
     if not (mean > 0 and math.isfinite(mean)):
         return None
-    return float(np.std(medians, ddof=1)) / mean, medians.size
+    # the CV the report's signal and the replicate plan judge: one definition (stats.summarize)
+    return stats.summarize(medians).cv, medians.size
 
 
 def level_of(old: Metric, new: Metric, basis: str, floor: float) -> Level:
     """The judging level of one metric from both sides' replicate ids."""
-    sides = [s for s in (_side_cv(old), _side_cv(new)) if s is not None]
-    dof = sum(r - 1 for _, r in sides)
-    noise = math.sqrt(sum((r - 1) * cv * cv for cv, r in sides) / dof) if dof else None
+    cvs = [s for s in (_side_cv(old), _side_cv(new)) if s is not None]
+    dof = sum(r - 1 for _, r in cvs)
+    noise = math.sqrt(sum((r - 1) * cv * cv for cv, r in cvs) / dof) if dof else None
     procs = tuple(max(1, len(set(m.replicate or ()))) for m in (old, new))
-    sides = tuple(components(m.values, m.replicate) if m.replicate else None for m in (old, new))
-    return Level(basis, floor, noise, dof, (procs[0], procs[1]), (sides[0], sides[1]))
+    comps = tuple(components(m.values, m.replicate) if m.replicate else None for m in (old, new))
+    return Level(basis, floor, noise, dof, (procs[0], procs[1]), (comps[0], comps[1]))
 
 
 def in_process_reason(level: Level, change: float, confidence: float, repeats: int) -> str | None:
