@@ -159,6 +159,13 @@ def noise_lines(result: Result) -> list[str]:
         if step["mde"] > step["threshold"]:
             line += f"; {step['threshold']:.0%} needs --repeats {step['replicates_for_threshold']}"
         out.append(line)
+        sit = step.get("sittings")
+        if sit:
+            out.append(
+                f"between sittings bs{key}: {sit['sittings']} sittings in the history differ by "
+                f"{sit['between_sd']:.1%} (sd) beyond their processes; against another sitting "
+                f"changes below {sit['mde_across_sittings']:.0%} of the step cannot be seen"
+            )
     return out
 
 

@@ -38,6 +38,7 @@ from mlbaseline.comparison.noise import (
     min_mann_whitney_p,
     repeats_advice,
     replicates_reachable,
+    sitting_noise,
 )
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import NotComparableError
@@ -215,13 +216,18 @@ def _judge(
     mismatch: bool,
 ) -> list[MetricResult]:
     """Judge every metric at its level: the threshold is max(configured floor, measured
-    between-process noise); an in-process regressed/improved verdict is held back to
-    inconclusive unless it exceeds the measured noise bar (see :mod:`.noise`)."""
+    between-process noise, between-sitting bar); an in-process regressed/improved verdict is
+    held back to inconclusive unless it exceeds the measured noise bar (see :mod:`.noise`)."""
     if not judged:
         return []
     levels = {
         name: level_of(
-            old.measurements[name], new.measurements[name], p.basis, threshold_for(name, cfg)
+            old.measurements[name],
+            new.measurements[name],
+            p.basis,
+            threshold_for(name, cfg),
+            sitting_noise(old, new, name),
+            cfg.confidence,
         )
         for name, p in judged.items()
     }

@@ -7,8 +7,13 @@ strong as the noise measured at its level (DESIGN.md, "Statistics"):
   medians (``std(ddof=1) / mean``), pooled over the sides that have at least 2 replicates,
   ``sqrt(sum((r_i - 1)·cv_i²) / sum(r_i - 1))`` with ``sum(r_i - 1)`` degrees of freedom.
   ``None`` when neither side has 2 replicates: then it was not measured.
-- **Practical threshold**: ``max(configured floor, between-process noise)``; the floor is
-  ``compare.thresholds`` / ``compare.threshold``. Which of the two it was is recorded.
+- **Between-sitting noise** of a metric: the sd beyond their processes of the figures of
+  earlier sittings in the history (``data.noise[metric].sittings.between_sd``, added when the
+  result was measured: :mod:`mlbaseline.history.sittings`), the larger of the two sides'.
+  Two results from different sittings differ by chance with sd ``sqrt(2)·s_sit``, so its
+  *sitting bar* is ``z_{(1+confidence)/2} · sqrt(2) · s_sit``.
+- **Practical threshold**: ``max(configured floor, between-process noise, sitting bar)``; the
+  floor is ``compare.thresholds`` / ``compare.threshold``. Which of them it was is recorded.
 - **In-process samples** (fewer than ``min_replicates`` replicates on a side) never make a
   regressed/improved verdict on their own: without measured noise the verdict becomes
   inconclusive; with it, ``|ratio - 1|`` must exceed the noise bar
@@ -44,6 +49,7 @@ from mlbaseline.stats.noise import (
 
 SOURCE_FLOOR = "configured floor"
 SOURCE_NOISE = "measured between-process noise"
+SOURCE_SITTINGS = "measured between-sitting noise (history)"
 
 
 def repeats_advice(k: int, alpha: float, min_replicates: int) -> int:
@@ -62,14 +68,25 @@ class Level:
     processes: tuple[int, int]  # processes per side (1 without replicate ids)
     # variance components of each side (stats.noise.components), None where not measured
     sides: tuple[Components | None, Components | None] = field(default=(None, None))
+    sitting: float | None = None  # between-sitting sd (history), None when not measured
+    confidence: float = 0.95  # of the sitting bar
+
+    @property
+    def sitting_bar(self) -> float | None:
+        """The change two sittings show by chance at `confidence`, None when not measured."""
+        if self.sitting is None:
+            return None
+        return stats.z_value(self.confidence) * math.sqrt(2.0) * self.sitting
 
     @property
     def threshold(self) -> float:
-        return max(self.floor, self.noise or 0.0)
+        return max(self.floor, self.noise or 0.0, self.sitting_bar or 0.0)
 
     @property
     def source(self) -> str:
-        return SOURCE_NOISE if self.noise is not None and self.noise > self.floor else SOURCE_FLOOR
+        if self.threshold == self.floor:
+            return SOURCE_FLOOR
+        return SOURCE_SITTINGS if self.threshold == self.sitting_bar else SOURCE_NOISE
 
     def noise_bar(self, confidence: float) -> float | None:
         """|ratio - 1| an in-process verdict must exceed; None when noise was not measured."""
@@ -89,6 +106,8 @@ class Level:
             "noise_dof": self.dof,
             "processes": list(self.processes),
             "noise_bar": None if self.basis == "replicates" else self.noise_bar(confidence),
+            "between_sitting_noise": self.sitting,
+            "sitting_bar": self.sitting_bar,
             "noise_components": {
                 side: None if c is None else c.to_dict()
                 for side, c in zip(("old", "new"), self.sides, strict=True)
@@ -97,11 +116,15 @@ class Level:
 
     def replicate_mde(self, alpha: float) -> float | None:
         """MDE of the process-level comparison from both sides' process sds (the one formula,
-        stats.noise.relative_mde); None unless both sides have components."""
+        stats.noise.relative_mde), with twice the between-sitting variance when measured;
+        None unless both sides have components."""
         old, new = self.sides
         if old is None or new is None:
             return None
-        return relative_mde(old.process_sd, old.processes, new.process_sd, new.processes, alpha)
+        s2 = (self.sitting or 0.0) ** 2  # each side's figure carries one sitting term
+        sd_old = math.sqrt(old.process_sd**2 + old.processes * s2)
+        sd_new = math.sqrt(new.process_sd**2 + new.processes * s2)
+        return relative_mde(sd_old, old.processes, sd_new, new.processes, alpha)
 
 
 def _side_cv(metric: Metric) -> tuple[float, int] | None:
@@ -116,14 +139,35 @@ def _side_cv(metric: Metric) -> tuple[float, int] | None:
     return stats.summarize(medians).cv, medians.size
 
 
-def level_of(old: Metric, new: Metric, basis: str, floor: float) -> Level:
-    """The judging level of one metric from both sides' replicate ids."""
+def sitting_noise(old: Result, new: Result, name: str) -> float | None:
+    """The larger between-sitting sd either side's history recorded for `name`, or None."""
+    found = []
+    for side in (old, new):
+        rec = (side.data.get("noise") or {}).get(name) or {}
+        sit = rec.get("sittings") if isinstance(rec, dict) else None
+        sd = sit.get("between_sd") if isinstance(sit, dict) else None
+        if isinstance(sd, (int, float)) and math.isfinite(sd):
+            found.append(float(sd))
+    return max(found) if found else None
+
+
+def level_of(
+    old: Metric,
+    new: Metric,
+    basis: str,
+    floor: float,
+    sitting: float | None = None,
+    confidence: float = 0.95,
+) -> Level:
+    """The judging level of one metric from both sides' replicate ids (and the
+    between-sitting sd, :func:`sitting_noise`)."""
     cvs = [s for s in (_side_cv(old), _side_cv(new)) if s is not None]
     dof = sum(r - 1 for _, r in cvs)
     noise = math.sqrt(sum((r - 1) * cv * cv for cv, r in cvs) / dof) if dof else None
     procs = tuple(max(1, len(set(m.replicate or ()))) for m in (old, new))
     comps = tuple(components(m.values, m.replicate) if m.replicate else None for m in (old, new))
-    return Level(basis, floor, noise, dof, (procs[0], procs[1]), (comps[0], comps[1]))
+    sides = (comps[0], comps[1])
+    return Level(basis, floor, noise, dof, (procs[0], procs[1]), sides, sitting, confidence)
 
 
 def in_process_reason(level: Level, change: float, confidence: float, repeats: int) -> str | None:
@@ -173,6 +217,7 @@ __all__ = [
     "MAX_REPLICATES",
     "SOURCE_FLOOR",
     "SOURCE_NOISE",
+    "SOURCE_SITTINGS",
     "Level",
     "in_process_reason",
     "judged_names",
@@ -181,4 +226,5 @@ __all__ = [
     "repeats_advice",
     "replicates_reachable",
     "result_noise",
+    "sitting_noise",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 
 from mlbaseline.comparison.matching import describe_differences
 from mlbaseline.comparison.model import ATTRIBUTION_METHOD, SKIP_RESIDUAL, Comparison
-from mlbaseline.comparison.noise import SOURCE_NOISE
+from mlbaseline.comparison.noise import SOURCE_NOISE, SOURCE_SITTINGS
 from mlbaseline.comparison.result import verdict_text
 from mlbaseline.formatting import interval_percent as _interval_pct
 from mlbaseline.formatting import markdown_table as _md_table
@@ -73,6 +73,9 @@ def threshold_text(doc: Mapping[str, Any]) -> str:
     'threshold 3% (configured floor)' when no metric's noise exceeded its floor."""
     floor = f"{100 * doc['settings']['threshold']:g}% (configured floor)"
     noisy = [m for m in doc["metrics"] if m.get("threshold_source") == SOURCE_NOISE]
+    sitting = [m for m in doc["metrics"] if m.get("threshold_source") == SOURCE_SITTINGS]
+    if sitting:  # the history's sittings set the bar: say so, with the widest
+        floor = f"{100 * max(m['threshold'] for m in sitting):.1f}% ({SOURCE_SITTINGS}) / {floor}"
     if not noisy:
         return f"threshold {floor}"
     lo = min(m["threshold"] for m in noisy)

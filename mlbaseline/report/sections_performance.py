@@ -114,19 +114,26 @@ def noise_table(results: Sequence[Result], gs: Sequence[Group]) -> list[str]:
             continue
         cells = [pct(noise[f"{g.prefix}.{s}"]["mde"]) if f"{g.prefix}.{s}" in noise else "–"
                  for s in names]  # fmt: skip
+        sit = step.get("sittings") or {}
+        across = [f"{pct(sit['between_sd'])} ({sit['sittings']})", pct(sit["mde_across_sittings"])
+                  ] if sit else ["–", "–"]  # fmt: skip
         rows.append([g.label, str(step["processes"]), *cells, pct(step["mde"]),
                      pct(step["between_share"]), pct(step["within_sd"]),
-                     pct(step["between_sd"])])  # fmt: skip
+                     pct(step["between_sd"]), *across])  # fmt: skip
     if not rows:
         return []
     headers = ["batch size", "processes", *(s.replace("_", " ") for s in names), "step",
-               "between share", "within sd", "between sd"]  # fmt: skip
+               "between share", "within sd", "between sd", "between sittings sd (sittings)",
+               "step MDE across sittings"]  # fmt: skip
     return [
         "Minimum detectable effect (MDE) of a compare of two runs like this one, per stage: "
         "changes smaller than this cannot be seen (at `compare.alpha`/k, Holm over the k metrics "
         "judged, power 80%, from the "
         "spread of the per-process medians). Noise of the step: share of its variance between "
-        "processes, and the within/between-process standard deviations (log scale ≈ relative).",
+        "processes, and the within/between-process standard deviations (log scale ≈ relative). "
+        "Between sittings: from the history's earlier results of the same config and commit, "
+        "how much whole invocations differ beyond their processes, and the MDE of a compare "
+        "against another sitting (– without 3 sittings in the history).",
         "",
         *table(headers, rows),
     ]

@@ -598,7 +598,34 @@ def run_replicates(
     if tele is not None:
         _telemetry_data(result, tele, telemetry_name if csv_path else None, owned)
     _finish(result)
+    _between_sittings(result, cfg, plan)
     return result
+
+
+def _between_sittings(result: Result, cfg: Config, plan: Plan | None) -> None:
+    """Noise between sittings, read from the history (history.sittings; read-only); when it
+    exceeds the reproducibility target, say that more replicates cannot narrow it."""
+    from mlbaseline.history import sittings
+    from mlbaseline.history.record import detect_git
+    from mlbaseline.history.store import resolve_location
+
+    location = resolve_location(cfg.history.store or None)
+    if not sittings.attach(result, location, detect_git(), cfg.compare.alpha):
+        return
+    worst = sittings.worst(result)
+    target = plan.target if plan is not None else cfg.throughput.repro_target
+    if worst is not None and worst[1]["between_sd"] > target:
+        name, sit = worst
+        result.warn(
+            "sitting_noise",
+            f"{name}: sittings differ by ±{sit['between_sd'] * 100:.1f}% (sd) beyond their "
+            f"processes ({sit['sittings']} sittings in the history), above the "
+            f"±{target * 100:.1f}% target; more replicates cannot narrow that: compare two "
+            "variants side by side with mlb ab",
+            metric=name,
+            value=sit["between_sd"],
+            threshold=target,
+        )
 
 
 def _enough(result: Result, plan: Plan, children: list[Result], walls: list[float]) -> bool:

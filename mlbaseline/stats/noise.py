@@ -20,6 +20,14 @@ comparison of two results with p_old and p_new processes is :func:`relative_mde`
 first step over the k metrics judged (a change in one stage alone must pass it) — the one
 implementation used by throughput results (``data["noise"]``) and by ``mlb compare``.
 
+**Between sittings** (:func:`sittings`): a sitting is one invocation, minutes or days from
+another (one stored result in the history). With S sittings of the same config, figure m_s from
+p_s processes of log sd sd_s each, the observed variance of the log figures holds what each
+sitting's own processes leave (sd_s² / p_s) and the sitting-to-sitting part:
+s²_sit = max(0, var(log m_s) − mean_s(sd_s² / p_s)). A comparison of two results from different
+sittings carries 2·s²_sit beyond their process terms, so its MDE is
+``expm1((z + z_power) · sqrt(sd_old²/p_old + sd_new²/p_new + 2·s²_sit))``.
+
 The smallest Mann-Whitney p of N vs N values caps what N replicates can ever show; with Holm over
 k metrics the first step needs p < α/k (:func:`replicates_reachable`).
 """
@@ -104,6 +112,59 @@ def relative_mde(
     return math.expm1(min_detectable_effect(sd_old, n_old, sd_new, n_new, alpha, power))
 
 
+MIN_SITTINGS = 3  # with 2 the sitting variance has 1 degree of freedom: no figure to state
+
+
+@dataclass(frozen=True)
+class Sittings:
+    """The between-sitting component of one metric (log scale: relative sds)."""
+
+    sittings: int
+    figure_sd: float  # sd (ddof=1) of the log figures of the sittings
+    process_part_sd: float  # sqrt(mean(sd_s²/p_s)): what the sittings' own processes explain
+    between_sd: float  # sqrt(s²_sit): what lies between sittings beyond that
+    between_share: float  # s²_sit / figure_sd², 0 when figure_sd is 0
+    dof: int  # S − 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sittings(
+    figures: Sequence[float], process_sds: Sequence[float], processes: Sequence[int]
+) -> Sittings | None:
+    """Between-sitting component (module doc) from each sitting's reported figure, its log
+    process sd and its process count; None with fewer than MIN_SITTINGS usable sittings."""
+    rows = [
+        (math.log(f), sd, p)
+        for f, sd, p in zip(figures, process_sds, processes, strict=True)
+        if f > 0 and math.isfinite(f) and math.isfinite(sd) and p >= 1
+    ]
+    if len(rows) < MIN_SITTINGS:
+        return None
+    y = np.array([r[0] for r in rows])
+    var_fig = float(np.var(y, ddof=1))
+    var_proc = float(np.mean([sd * sd / p for _, sd, p in rows]))
+    s2 = max(0.0, var_fig - var_proc)
+    return Sittings(
+        sittings=len(rows),
+        figure_sd=math.sqrt(var_fig),
+        process_part_sd=math.sqrt(var_proc),
+        between_sd=math.sqrt(s2),
+        between_share=s2 / var_fig if var_fig > 0 else 0.0,
+        dof=len(rows) - 1,
+    )
+
+
+def cross_sitting_mde(
+    comp: Components, between_sd: float, alpha: float, power: float = POWER
+) -> float:
+    """MDE of a comparison of two results like `comp` taken in different sittings (module
+    doc): the process terms of both sides plus twice the between-sitting variance."""
+    sd = math.sqrt(comp.process_sd**2 / comp.processes + between_sd**2)
+    return relative_mde(sd, 1, sd, 1, alpha, power)
+
+
 @lru_cache(maxsize=4096)
 def min_mann_whitney_p(n1: int, n2: int) -> float:
     """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
@@ -185,12 +246,16 @@ def summary(
 
 
 __all__ = [
+    "MIN_SITTINGS",
     "POWER",
     "Components",
+    "Sittings",
     "components",
+    "cross_sitting_mde",
     "min_mann_whitney_p",
     "relative_mde",
     "replicates_for_mde",
     "replicates_reachable",
+    "sittings",
     "summary",
 ]
