@@ -110,20 +110,28 @@ def _record(tmp_path: Path, results: list[Result], git: GitInfo = GIT) -> None:
     runner.record(paths, Config(), git=git)
 
 
-def _history(tmp_path: Path, rng: np.random.Generator, levels: list[float], git=GIT) -> None:
+def _history(
+    tmp_path: Path, rng: np.random.Generator, levels: list[float], git=GIT, config=None
+) -> None:
     at = [f"2026-12-01T10:{i:02d}:00Z" for i in range(len(levels))]
-    _record(tmp_path, [sitting(rng, lv, at=t) for lv, t in zip(levels, at, strict=True)], git)
+    results = [sitting(rng, lv, at=t) for lv, t in zip(levels, at, strict=True)]
+    for r in results:
+        r.config = dict(config or {})
+    _record(tmp_path, results, git)
 
 
 def test_attach_adds_the_sittings_of_the_same_commit(tmp_path, store):
     rng = np.random.default_rng(1)
     _history(tmp_path, rng, [1.0, 1.04, 0.97, 1.03])
     _history(tmp_path, rng, [1.5, 0.6, 1.2], GitInfo("other", "main", False))  # not noise
+    (tmp_path / "cfg").mkdir()
+    _history(tmp_path / "cfg", rng, [1.9, 0.5, 1.3], config={"workload": {"model": "m:other"}})
     new = sitting(rng, 1.0, at="2026-12-02T09:00:00Z")
     assert hs.attach(new, store, GIT, 0.05) == 1
     sit = new.data["noise"][STEP]["sittings"]
     assert sit["sittings"] == 5 and len(sit["history_ids"]) == 4
-    assert 0.01 < sit["between_sd"] < 0.06  # the 4% level moves, not the other commit's 50%
+    # the 4% level moves, not the other commit's or the other config's 50%
+    assert 0.01 < sit["between_sd"] < 0.06
     assert sit["mde_across_sittings"] > new.data["noise"][STEP]["mde"]
     assert not new.warnings
 

@@ -154,18 +154,23 @@ def summarize_metric(metric: Metric, noise: Mapping[str, Any] | None) -> MetricS
     )
 
 
+def config_hash(result: Result) -> str:
+    """The hash of the resolved config the result ran (its `history` section left out: where a
+    result is stored does not change what was measured)."""
+    return canonical_hash({k: v for k, v in (result.config or {}).items() if k != "history"})
+
+
 def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None = None) -> Record:
     """The record of `result`, whose file (at `path`) has the bytes `body`."""
     noise = result.data.get("noise") if isinstance(result.data.get("noise"), dict) else {}
     summaries = (summarize_metric(m, noise.get(n)) for n, m in result.measurements.items())
-    config = {k: v for k, v in (result.config or {}).items() if k != "history"}
     subset = ((result.environment or {}).get("blocking") or {}).get("subset_sha256")
     return Record(
         kind=result.kind,
         status=result.status,
         fingerprint=fingerprint_hash(result),
         created_at=result.created_at or utc_now(),
-        config_hash=canonical_hash(config),
+        config_hash=config_hash(result),
         subset_hash=str(subset) if subset else None,
         path=str(Path(path).resolve()),
         sha256=hashlib.sha256(body).hexdigest(),
@@ -203,6 +208,7 @@ __all__ = [
     "MetricSummary",
     "Record",
     "canonical_hash",
+    "config_hash",
     "detect_git",
     "fingerprint_hash",
     "parse_body",

@@ -7,7 +7,7 @@ drifts over minutes (bench `drift`, `repro`). The history holds earlier sittings
 result with replicates reads the last comparable ones and adds, per metric, the between-sitting
 component and the MDE of a comparison across sittings (`data.noise[metric].sittings`).
 
-Comparable means the same kind and comparability fingerprint (machine class and config) and,
+Comparable means the same kind, comparability fingerprint (machine class) and resolved config, and
 when the code's commit is known, the same commit: a performance change between commits is not
 noise (a dirty tree counts as its commit: uncommitted changes between sittings can only make the
 figure larger, so verdicts less sensitive, never a false regression). Only sittings with at
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mlbaseline.errors import MlbError
-from mlbaseline.history.record import GitInfo, fingerprint_hash, parse_body
+from mlbaseline.history.record import GitInfo, config_hash, fingerprint_hash, parse_body
 from mlbaseline.history.store import Entry, Query, Store, StoreMissingError, open_store
 from mlbaseline.results import Result
 from mlbaseline.stats.noise import MIN_SITTINGS, Components, components, cross_sitting_mde
@@ -35,10 +35,12 @@ LAST = 20  # earlier sittings read at most: recent enough to describe today's ma
 
 def _earlier(store: Store, result: Result, git: GitInfo, last: int) -> list[Entry]:
     q = Query(kind=result.kind, fingerprint=fingerprint_hash(result))
+    same_config = config_hash(result)
     found = [
         e
         for e in store.entries(q, with_metrics=False)
         if e.status == "complete"
+        and e.config_hash == same_config
         and e.created_at < result.created_at
         and (git.commit is None or e.git.commit == git.commit)
     ]
