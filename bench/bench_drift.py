@@ -19,7 +19,11 @@ from typing import Any
 import numpy as np
 from bench_common import BENCH, Row, cv, pct, run_child, spread
 
-SETTINGS = ("base", "pin", "threads2", "denormal", "warm", "malloc")
+SETTINGS = tuple(
+    os.environ.get("MLB_BENCH_DRIFT_SETTINGS", "base,pin,threads2,denormal,warm,malloc,thp,noaslr")
+    .replace(" ", "")
+    .split(",")
+)
 MALLOC_ENV = {
     "MALLOC_ARENA_MAX": "1",
     "MALLOC_TRIM_THRESHOLD_": "268435456",
@@ -35,7 +39,7 @@ TIMEOUT_S = 150.0  # a child that takes this long is itself a finding (threads2 
 
 def _child(setting: str) -> dict[str, Any] | None:
     """One fresh process of `setting`; None when it ran past TIMEOUT_S."""
-    extra = MALLOC_ENV if setting == "malloc" else {}
+    extra = {"malloc": MALLOC_ENV, "thp": {"THP_MEM_ALLOC_ENABLE": "1"}}.get(setting, {})
     old = {k: os.environ.get(k) for k in extra}
     os.environ.update(extra)
     try:

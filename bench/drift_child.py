@@ -11,7 +11,11 @@ Settings (each one change against `base`, the demo profile as `mlb throughput` r
   warm       a long warm-up (WARMUP × 4 steps)
   malloc     glibc: MALLOC_ARENA_MAX=1, fixed trim/mmap thresholds (env set by the parent)
   interop1   torch.set_num_interop_threads(1)
-The parent sets environment variables (malloc, OMP settings); everything else happens here.
+  thp        THP_MEM_ALLOC_ENABLE=1: torch's CPU allocator aligns large blocks to 2 MiB and
+             madvises them as huge pages (env set by the parent)
+  noaslr     address-space randomization off (personality ADDR_NO_RANDOMIZE, then this
+             script re-executes itself): every process gets the same memory layout
+The parent sets environment variables (malloc, thp, OMP settings); everything else happens here.
 """
 
 from __future__ import annotations
@@ -34,8 +38,26 @@ def _steal_s() -> float:
     return float(getattr(psutil.cpu_times(), "steal", 0.0))
 
 
+ADDR_NO_RANDOMIZE = 0x0040000  # <linux/personality.h>
+
+
+def _without_aslr() -> None:
+    """Re-execute this process with address-space randomization off (it applies at exec)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(0xFFFFFFFF)  # query
+    if current & ADDR_NO_RANDOMIZE:
+        return
+    if libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
+        raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE) refused")
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
 def main() -> None:
     setting = sys.argv[1] if len(sys.argv) > 1 else "base"
+    if setting == "noaslr":
+        _without_aslr()
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     warmup = int(sys.argv[3]) if len(sys.argv) > 3 else 15
     if setting == "pin":
