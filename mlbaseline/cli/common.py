@@ -265,6 +265,12 @@ def emit(
         ui.print(f"[dim]result written to {output}[/dim]")
         if recorder is not None:
             recorder(output)
+    finish(result, json_out, ui)
+
+
+def finish(result: Result, json_out: bool, ui: Ui) -> NoReturn:
+    """The end every command shares, whoever wrote the file: JSON on stdout if asked, the
+    result's warnings and an incomplete status on the screen, exit with the verdict's code."""
     if json_out:
         sys.stdout.write(result.to_json())
     for warning in result.warnings:
@@ -444,10 +450,10 @@ def execute(
     """The body every command shares: load the config (CLI overrides, then --set), print it
     and exit on --show-config, `prepare` (more input checks), refuse existing `outputs`
     (default: --output) without --force, make the UI, `measure`, `render`, then emit: write
-    --output and --json, exit with the verdict's code (`write=False`: --json only). A measure
-    that returns None has done its own output: exit 0. Every result file written is recorded
-    in the history unless --no-history or `history.record: false`; `written` names the file of
-    a command that writes its own (`write=False`)."""
+    --output, then `finish` (--json, warnings, status, the verdict's exit code). `write=False`:
+    the command wrote its own file, which `written` names; `finish` still runs. A measure that
+    returns None has done its own output: exit 0. Every result file written is recorded in the
+    history unless --no-history or `history.record: false`."""
     cfg = load_config(common.config, common.profile, common.sets, overrides)
     if common.show_config:
         show_config(cfg)
@@ -470,7 +476,5 @@ def execute(
         own = written(result) if written is not None and recording else None
         if own is not None and own.is_file():
             recorder(own)
-        if common.json_out:
-            sys.stdout.write(result.to_json())
-        raise typer.Exit(int(exit_code_for(result)))
+        finish(result, common.json_out, ui)
     emit(result, common.output, common.json_out, common.force, ui, recorder if recording else None)
