@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from mlbaseline import stats
 from mlbaseline.comparison.attribution import attribute_all
@@ -249,7 +246,7 @@ def _judge(
         meta = metric.meta or old.measurements[row.metric].meta or {}
         pair, level = judged[row.metric], levels[row.metric]
         row, reason = _honest(row, level, cfg, len(judged), repeats)
-        mde = _mde(row, pair, level, cfg, seed, len(judged))
+        mde = _mde(row, level, cfg, len(judged))
         out.append(
             MetricResult(
                 row, metric.unit, pair.basis, dict(meta), mismatch,
@@ -275,9 +272,7 @@ def _honest(
     return row, reason
 
 
-def _mde(
-    row: stats.MetricComparison, pair: Pair, level: Level, cfg: CompareConfig, seed: int, k: int
-) -> float | None:
+def _mde(row: stats.MetricComparison, level: Level, cfg: CompareConfig, k: int) -> float | None:
     """Minimum detectable effect (fraction of median_old) at the level judged: for replicates,
     from both sides' process-level noise at alpha/k, Holm's first step over the k judged
     metrics (stats.noise.relative_mde, the figure a throughput result states for itself);
@@ -288,16 +283,8 @@ def _mde(
     by_process = level.replicate_mde(cfg.alpha / k) if level.basis == "replicates" else None
     if by_process is not None:
         return by_process
-    if row.mde is not None:
-        mde = row.mde
-    else:
-        rep_old, rep_new = stats._median_replicates(pair.old, pair.new, cfg.n_resamples, seed)
-        s_old = row.ratio * float(np.std(rep_old, ddof=1)) * math.sqrt(pair.old.size)
-        s_new = float(np.std(rep_new, ddof=1)) * math.sqrt(pair.new.size)
-        mde = stats.min_detectable_effect(
-            s_old / row.median_old, pair.old.size, s_new / row.median_old, pair.new.size,
-            alpha=cfg.alpha,
-        )  # fmt: skip
+    # the verdict's own figure (an inconclusive row's mde), from the standard errors it carries
+    mde = row.mde if row.mde is not None else stats.median_mde(row, cfg.alpha)
     if level.basis == "replicates":
         return mde
     bar = level.noise_bar(cfg.confidence)

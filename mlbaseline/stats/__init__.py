@@ -80,9 +80,10 @@ from mlbaseline.stats.verdicts import (  # noqa: F401
     _all_zero,
     _Raw,
     _raw_comparison,
+    _resolved_threshold,
     _settling,
-    _threshold_for,
     _zero_raw,
     compare_samples,
     decide,
+    median_mde,
 )

@@ -47,9 +47,14 @@ class MetricComparison:
     samples_needed: int | None  # per side, to settle an inconclusive result
     higher_is_better: bool = False
     threshold: float = DEFAULT_THRESHOLD
+    # bootstrap standard errors of the two medians: what the MDE is computed from (median_mde),
+    # carried so that a caller needing the MDE of a settled verdict does not resample again
+    se_old: float = 0.0
+    se_new: float = 0.0
 
     def to_dict(self) -> dict[str, str | float | int | bool | None]:
-        return asdict(self)
+        # the standard errors are an input to the MDE, not a figure of the result file
+        return {k: v for k, v in asdict(self).items() if k not in ("se_old", "se_new")}
 
 
 def decide(
@@ -79,7 +84,10 @@ def decide(
     return "inconclusive"
 
 
-def _threshold_for(metric: str, threshold: float | Mapping[str, float]) -> float:
+def _resolved_threshold(metric: str, threshold: float | Mapping[str, float]) -> float:
+    """The threshold of `metric`: one value for all, or an exact-name lookup in a mapping whose
+    keys must already be resolved metric names (comparison.matching.threshold_for resolves
+    glob patterns; this does not), DEFAULT_THRESHOLD for a name it omits."""
     if isinstance(threshold, Mapping):
         return float(threshold.get(metric, DEFAULT_THRESHOLD))
     return float(threshold)
@@ -126,12 +134,28 @@ def _settling(raw: _Raw, threshold: float, confidence: float, alpha: float) -> t
     ask for unbounded samples); never fewer than one more than the larger side already has.
     """
     ratio = raw.ratio_ci[0]
-    s_old = ratio * raw.se_old * math.sqrt(raw.n_old) / raw.median_old
-    s_new = raw.se_new * math.sqrt(raw.n_new) / raw.median_old
+    s_old, s_new = _sigmas(ratio, raw.median_old, raw.n_old, raw.se_old, raw.n_new, raw.se_new)
     mde = min_detectable_effect(s_old, raw.n_old, s_new, raw.n_new, alpha=alpha)
     half = max(abs(abs(ratio - 1.0) - threshold), threshold / 4.0)
     n = samples_needed(math.hypot(s_old, s_new), 2.0 * half, confidence)
     return mde, max(n, max(raw.n_old, raw.n_new) + 1)
+
+
+def _sigmas(
+    ratio: float, median_old: float, n_old: int, se_old: float, n_new: int, se_new: float
+) -> tuple[float, float]:
+    """Per-sample sigmas relative to median_old from the medians' standard errors (see
+    :func:`_settling`)."""
+    s_old = ratio * se_old * math.sqrt(n_old) / median_old
+    return s_old, se_new * math.sqrt(n_new) / median_old
+
+
+def median_mde(row: MetricComparison, alpha: float) -> float:
+    """The MDE (fraction of median_old) of a compared metric, whatever its verdict: the
+    figure :func:`_settling` gives an inconclusive one, from the standard errors on the row.
+    median_old must be > 0."""
+    s_old, s_new = _sigmas(row.ratio, row.median_old, row.n_old, row.se_old, row.n_new, row.se_new)
+    return min_detectable_effect(s_old, row.n_old, s_new, row.n_new, alpha=alpha)
 
 
 def _all_zero(old: ArrayLike, new: ArrayLike) -> bool:
@@ -174,7 +198,7 @@ def compare_samples(
     out: list[MetricComparison] = []
     for (name, raw), p_adj in zip(raws.items(), adjusted, strict=True):
         hib = bool(metrics[name][2])
-        thr = _threshold_for(name, threshold)
+        thr = _resolved_threshold(name, threshold)
         verdict = decide(raw.ratio_ci, p_adj, hib, thr, alpha)
         mde, needed = (None, None)
         if verdict == "inconclusive":
@@ -198,6 +222,8 @@ def compare_samples(
                 samples_needed=needed,
                 higher_is_better=hib,
                 threshold=thr,
+                se_old=raw.se_old,
+                se_new=raw.se_new,
             )
         )
     return out
