@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mlbaseline.comparison.matching import Pair, difference_of_medians_ci
+from mlbaseline.comparison.matching import Pair, medians_and_difference_ci
 from mlbaseline.comparison.model import NAME_SHARE, Attribution, MetricResult, StageDelta
 from mlbaseline.config import CompareConfig
 from mlbaseline.formatting import interval_percent as _interval_pct
@@ -75,14 +75,14 @@ def _stage_row(
     cfg: CompareConfig,
     seed: int,
 ) -> StageDelta:
-    diff, lo, hi = difference_of_medians_ci(
+    m_old, m_new, diff, lo, hi = medians_and_difference_ci(
         pair.old, pair.new, cfg.confidence, cfg.n_resamples, seed
     )
     return StageDelta(
         stage=stage,
         metric=metric,
-        median_old=float(np.median(pair.old)),
-        median_new=float(np.median(pair.new)),
+        median_old=m_old,
+        median_new=m_new,
         delta=diff,
         ci=(lo, hi),
         pct_of_total=diff / old_total if old_total else math.nan,

@@ -152,10 +152,22 @@ def difference_of_medians_ci(
     of bootstrap medians (O(n log n + n_resamples), so 100k samples take milliseconds).
 
     Returns (difference, low, high)."""
-    diff = float(np.median(new) - np.median(old))
+    return medians_and_difference_ci(old, new, confidence, n_resamples, seed)[2:]
+
+
+def medians_and_difference_ci(
+    old: np.ndarray,
+    new: np.ndarray,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = stats.DEFAULT_SEED,
+) -> tuple[float, float, float, float, float]:
+    """(median(old), median(new), difference, low, high): :func:`difference_of_medians_ci`
+    with the two medians it computed, for a caller that reports them too (attribution)."""
+    m_old, m_new = np.median(old), np.median(new)
     rep_old, rep_new = stats._median_replicates(old, new, n_resamples, seed)
     lo, hi = stats._interval(rep_new - rep_old, confidence)
-    return diff, lo, hi
+    return float(m_old), float(m_new), float(m_new - m_old), lo, hi
 
 
 # --------------------------------------------------------------------------- the comparison
