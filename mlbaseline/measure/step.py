@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from mlbaseline.errors import ConfigError
+from mlbaseline.errors import ConfigError, DatasetError
 from mlbaseline.measure.clock import Clock
 from mlbaseline.measure.loop import Decision, LoopResult
 from mlbaseline.measure.timers import StageTimer, StepTimes
@@ -102,7 +102,13 @@ class Batches:
             if hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(self.epochs)
             self._it = iter(self.loader)
+        try:
             return next(self._it)
+        except StopIteration:  # a fresh epoch with no batch: every epoch is empty
+            raise DatasetError(
+                "the DataLoader yields no batches (an empty dataset, or drop_last with fewer "
+                "samples than the batch size)"
+            ) from None
 
     def close(self) -> None:
         self._it = None
@@ -264,6 +270,9 @@ class TrainStep:
         self.precision = precision or Precision()
         self.accum, self.memory_format = accum, memory_format
         self.non_blocking = device.startswith("cuda")
+        # built once, not per micro-batch: autocast and nullcontext re-enter in sequence
+        self._autocast = self.precision.autocast()
+        self._skip_sync = getattr(model, "no_sync", None)
 
     def _inputs(self, batch: Any) -> tuple[Any, Any]:
         x, y = split_batch(to_device(batch, self.device, self.dtype, self.non_blocking))
@@ -279,11 +288,11 @@ class TrainStep:
             x, y = self._inputs(batch)
         # DDP syncs in backward: skip it on all but the last micro-batch, then the parallel
         # mode decides (explicit all-reduce keeps it off there too)
-        skip = getattr(self.model, "no_sync", None)
+        skip = self._skip_sync
         with self.no_sync() if last or skip is None else skip():
-            with t.stage("forward"), self.precision.autocast():
+            with t.stage("forward"), self._autocast:
                 out = self.model(x)
-            with t.stage("loss"), self.precision.autocast():
+            with t.stage("loss"), self._autocast:
                 loss = self.loss_fn(out, y)
                 if self.accum > 1:
                     loss = loss / self.accum
