@@ -361,14 +361,27 @@ def _field(doc: dict[str, Any], key: str, tp: type, where: str, prefix: str = ""
 
 def load_result(path: Path, kinds: Iterable[str] | None = None) -> Result:
     """Load and validate one result file; every problem is a one-line ResultFileError."""
+    return parse_result(read_result_bytes(path), str(path), kinds)
+
+
+def read_result_bytes(path: Path) -> bytes:
+    """The bytes of a result file (for a caller that also hashes them: read once)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_bytes()
     except FileNotFoundError:
         raise ResultFileError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ResultFileError(f"{path}: is a directory, not a result file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+
+
+def parse_result(body: bytes, path: str, kinds: Iterable[str] | None = None) -> Result:
+    """Validate the bytes of the result file at `path` (:func:`load_result`'s checks)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ResultFileError(f"{path}: cannot read ({exc.__class__.__name__})") from None
     if not text.strip():
         raise ResultFileError(f"{path}: empty file")

@@ -223,6 +223,69 @@ def test_gate_never_uses_the_new_file_itself(tmp_path, store):
     assert doc["data"]["history"]["baselines"] == [1, 2]
 
 
+def test_gate_reads_new_once_and_finds_its_recorded_branch(tmp_path, store, monkeypatch):
+    assert mlb("history", "add", *_baselines(tmp_path, 2)).exit_code == 0
+    new = write(synthetic(9, created_at=stamp(9)), tmp_path / "n.json")
+    monkeypatch.setenv("MLB_GIT_BRANCH", "topic")
+    assert mlb("history", "add", new).exit_code == 0  # recorded on branch topic
+    topic = [write(synthetic(i, created_at=stamp(i)), tmp_path / f"t{i}.json") for i in (3, 4)]
+    assert mlb("history", "add", *topic).exit_code == 0
+    monkeypatch.setenv("MLB_GIT_BRANCH", "main")  # the checkout moved on since
+    reads: list[str] = []
+    read_bytes, read_text = Path.read_bytes, Path.read_text
+
+    def counted(original):
+        def read(self, *args, **kwargs):
+            if self.name == "n.json":
+                reads.append(original.__name__)
+            return original(self, *args, **kwargs)
+
+        return read
+
+    monkeypatch.setattr(Path, "read_bytes", counted(read_bytes))
+    monkeypatch.setattr(Path, "read_text", counted(read_text))
+    res = mlb("history", "gate", new, "--json", *FAST)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert reads == ["read_bytes"]
+    assert doc["data"]["history"]["branch"] == "topic"
+    assert doc["data"]["history"]["baselines"] == [4, 5]
+
+
+def test_check_rows_have_one_shape_short_or_not(tmp_path, store):
+    from mlbaseline.history.store import Query
+    from mlbaseline.runners.history import check, series
+
+    assert mlb("history", "add", *_series(tmp_path, 5)).exit_code == 0
+    cfg = resolve(None, None, {})
+    found = series(cfg, Query(), ["train.bs64.step"])
+    (long,), (short,) = check(cfg, found, 4), check(cfg, found, 6)
+    assert set(short) == set(long) | {"too_short"} and short["too_short"] is True
+    assert short["method"] is None and short["change_points"] == short["outliers"] == []
+    assert {k: short[k] for k in ("unit", "higher_is_better", "n")} == {
+        k: long[k] for k in ("unit", "higher_is_better", "n")
+    }
+
+
+def test_report_view_of_a_locked_store_is_none_not_a_crash(tmp_path, store, monkeypatch):
+    import sqlite3
+
+    import mlbaseline.history.store as st
+    from mlbaseline.runners.history import report_view
+
+    assert mlb("history", "add", *_series(tmp_path, 3)).exit_code == 0
+    with sqlite3.connect(store, isolation_level=None) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    monkeypatch.setattr(st, "BUSY_TIMEOUT_S", 0.05)
+    reader = sqlite3.connect(store, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT * FROM results").fetchall()
+        assert report_view([synthetic(1, created_at=stamp(1))], resolve(None, None, {})) is None
+    finally:
+        reader.close()
+
+
 # ---------------------------------------------------------------- the report hook
 
 

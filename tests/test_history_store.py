@@ -222,3 +222,61 @@ def test_a_writer_killed_mid_transaction_leaves_the_store_consistent(tmp_path):
     assert new and store.count() == 2
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+# ---------------------------------------------------------------- driver errors at the boundary
+
+
+def _rollback_journal_store(path: Path) -> None:
+    store = open_store(str(path))
+    store.add(_record(1))
+    store.close()
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+
+
+def test_a_store_locked_by_a_reader_is_a_store_error_not_a_driver_error(tmp_path, monkeypatch):
+    """A store in rollback-journal mode (another tool set it) with a reader holding its lock:
+    the WAL pragma runs on a raw sqlite3 connection, whose errors SQLAlchemy does not wrap."""
+    import mlbaseline.history.store as st
+
+    monkeypatch.setattr(st, "BUSY_TIMEOUT_S", 0.05)
+    path = tmp_path / "h.sqlite"
+    _rollback_journal_store(path)
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT * FROM results").fetchall()
+        for create in (True, False):
+            with pytest.raises(StoreError, match="stayed locked"):
+                open_store(str(path), create=create)
+    finally:
+        reader.close()
+
+
+def test_a_corrupt_stored_document_is_a_store_error(tmp_path):
+    path = tmp_path / "h.sqlite"
+    store = open_store(str(path))
+    (rid, _) = store.add(_record(1))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE documents SET body = x'00112233'")
+    with pytest.raises(StoreError, match="not a usable mlb history store"):
+        store.document(rid)
+    store.close()
+
+
+def test_by_sha256_selects_one_record_by_its_unique_index(tmp_path):
+    store = open_store(str(tmp_path / "h.sqlite"))
+    recs = [_record(i) for i in range(3)]
+    for rec in recs:
+        store.add(rec)
+    found = store.by_sha256(recs[1].sha256)
+    assert found is not None and found.id == 2 and found.git.branch == "main"
+    assert found.metrics == {}  # the branch is what the gate needs, not the summaries
+    assert store.by_sha256("0" * 64) is None
+    stmt = sa.select(sc.results).where(sc.results.c.sha256 == recs[1].sha256)
+    with store.engine.connect() as conn:
+        sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+        plan = " ".join(str(r) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
+    assert "USING INDEX" in plan, plan
+    store.close()

@@ -109,17 +109,28 @@ def check_series(
             }
         )
     outliers = [{**o.to_dict(), "run": _run(pts[o.index].entry)} for o in det.outliers]
-    return {
+    return check_row(series, det.method, changes, outliers)
+
+
+def check_row(
+    series: Series,
+    method: str | None,
+    changes: list[dict[str, Any]] | None = None,
+    outliers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The `check` row of one series (method None: too short to look for change points)."""
+    row = {
         "kind": series.kind,
         "fingerprint": series.fingerprint,
         "metric": series.metric,
         "unit": series.unit,
         "higher_is_better": series.higher_is_better,
-        "n": len(pts),
-        "method": det.method,
-        "change_points": changes,
-        "outliers": outliers,
+        "n": len(series.points),
+        "method": method,
+        "change_points": changes or [],
+        "outliers": outliers or [],
     }
+    return row if method is not None else row | {"too_short": True}
 
 
 def trend_rows(series: Series) -> list[dict[str, Any]]:

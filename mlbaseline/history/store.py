@@ -110,6 +110,7 @@ class Query:
     fingerprint: str | None = None  # a prefix is enough
     metric: str | None = None  # SQL LIKE pattern (from a glob: * → %, ? → _)
     ids: Sequence[int] | None = None
+    sha256: str | None = None  # the file's exact SHA-256 (a unique, indexed column)
     last: int | None = None  # only the newest N (still returned oldest first)
 
 
@@ -169,27 +170,33 @@ def _pg_engine(url: str) -> Engine:
     return sa.create_engine(u, pool_pre_ping=True)
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 @contextmanager
 def _translated(where: str) -> Iterator[None]:
-    """Driver errors become one-line StoreErrors (exit 2), never a traceback."""
+    """Driver errors become one-line StoreErrors (exit 2), never a traceback: SQLAlchemy's,
+    and sqlite3's own from a raw DBAPI connection (the WAL pragma), which SQLAlchemy does not
+    wrap, and a stored document that does not decompress."""
     try:
         yield
     except MlbError:
         raise
-    except sa.exc.OperationalError as exc:
-        text = str(exc.orig or exc).splitlines()[0]
+    except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
+        text = _first_line(getattr(exc, "orig", None) or exc)
         if "locked" in text or "busy" in text:
             raise StoreError(
                 f"{where}: the store stayed locked by another writer for {BUSY_TIMEOUT_S:.0f} s"
             ) from None
         raise StoreError(f"{where}: {text}") from None
-    except sa.exc.DatabaseError as exc:
-        text = str(exc.orig or exc).splitlines()[0]
+    except (sa.exc.DatabaseError, sqlite3.DatabaseError, zlib.error) as exc:
+        text = _first_line(getattr(exc, "orig", None) or exc)
         raise StoreError(
             f"{where}: not a usable mlb history store ({text}); nothing was changed"
         ) from None
-    except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(f"{where}: {str(exc).splitlines()[0]}") from None
+    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+        raise StoreError(f"{where}: {_first_line(exc)}") from None
 
 
 class Store:
@@ -280,10 +287,16 @@ class Store:
             body = conn.execute(
                 sa.select(sc.documents.c.body).where(sc.documents.c.result_id == result_id)
             ).scalar()
-        return None if body is None else zlib.decompress(body)
+            return None if body is None else zlib.decompress(body)
 
     def get(self, result_id: int) -> Entry | None:
         found = self.entries(Query(ids=[result_id]))
+        return found[0] if found else None
+
+    def by_sha256(self, sha256: str) -> Entry | None:
+        """The record of the file with this SHA-256, without its metrics (the column is
+        unique, so SQL finds it by index)."""
+        found = self.entries(Query(sha256=sha256), with_metrics=False)
         return found[0] if found else None
 
     def count(self) -> int:
@@ -304,6 +317,8 @@ class Store:
             stmt = stmt.where(r.fingerprint.startswith(q.fingerprint, autoescape=True))
         if q.ids is not None:
             stmt = stmt.where(r.id.in_(list(q.ids)))
+        if q.sha256:
+            stmt = stmt.where(r.sha256 == q.sha256)
         if q.metric:
             has = sa.select(sc.metrics.c.result_id).where(
                 sc.metrics.c.name.like(q.metric, escape="\\")
@@ -336,7 +351,8 @@ class Store:
         return out
 
     def close(self) -> None:
-        self.engine.dispose()
+        with _translated(display(self.location)):
+            self.engine.dispose()
 
 
 def _result_row(rec: Record) -> dict[str, Any]:

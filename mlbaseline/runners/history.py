@@ -20,8 +20,8 @@ from typing import Any
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError, NotComparableError, UsageError
 from mlbaseline.history.gate import gate_input, judge
-from mlbaseline.history.record import GitInfo, Record, detect_git, record_file
-from mlbaseline.history.series import Series, build_series, check_series, trend_rows
+from mlbaseline.history.record import GitInfo, Record, detect_git, record_file, record_of
+from mlbaseline.history.series import Series, build_series, check_row, check_series, trend_rows
 from mlbaseline.history.store import (
     Entry,
     Query,
@@ -32,7 +32,7 @@ from mlbaseline.history.store import (
     resolve_location,
 )
 from mlbaseline.progress import NullProgress, Progress
-from mlbaseline.results import Result, load_result
+from mlbaseline.results import Result, parse_result, read_result_bytes
 
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?Z?$")
 
@@ -196,17 +196,7 @@ def check(cfg: Config, found: Sequence[Series], min_points: int = 4) -> list[dic
     out = []
     for s in found:
         if len(s.points) < min_points:
-            out.append(
-                {
-                    "metric": s.metric,
-                    "kind": s.kind,
-                    "fingerprint": s.fingerprint,
-                    "n": len(s.points),
-                    "too_short": True,
-                    "change_points": [],
-                    "outliers": [],
-                }
-            )
+            out.append(check_row(s, None))
             continue
         out.append(
             check_series(
@@ -329,8 +319,9 @@ def gate(
     from mlbaseline.comparison import COMPARABLE_KINDS, to_result
 
     progress = progress or NullProgress()
-    new = load_result(new_path, kinds=COMPARABLE_KINDS)
-    rec = record_file(new_path, GitInfo())
+    body = read_result_bytes(new_path)  # read once: parsed here, hashed for the record
+    new = parse_result(body, str(new_path), kinds=COMPARABLE_KINDS)
+    rec = record_of(new, body, new_path, GitInfo())
     try:
         with opened(cfg) as store:
             branch = branch or _branch_of(store, rec)
@@ -349,9 +340,9 @@ def gate(
 
 def _branch_of(store: Store, rec: Record) -> str | None:
     """The branch NEW was recorded on (when mlb wrote it here), else the checkout's now."""
-    for e in store.entries(Query(kind=rec.kind, fingerprint=rec.fingerprint), False):
-        if e.sha256 == rec.sha256 and e.git.branch:
-            return e.git.branch
+    recorded = store.by_sha256(rec.sha256)
+    if recorded is not None and recorded.git.branch:
+        return recorded.git.branch
     return detect_git().branch
 
 
