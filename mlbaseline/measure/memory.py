@@ -4,9 +4,9 @@
   tensors through the caching allocator (not the allocator's reserved pool, not other processes).
 - CPU: there is no allocator counter, so this is *RSS growth* of this process (not its
   DataLoader workers): the kernel's high-water mark `VmHWM`, reset through
-  `/proc/self/clear_refs` ("5"), minus the RSS at reset. Where that reset is refused, the peak is
-  the highest RSS seen at `update()` calls (after each step), which can miss a transient peak
-  inside a step; `kind` says which was used.
+  `/proc/self/clear_refs` ("5"), minus the RSS at reset. Where that reset is refused or VmHWM
+  cannot be read back, the peak is the highest RSS seen at `update()` calls (after each step),
+  which can miss a transient peak inside a step; `kind` says which was used.
 """
 
 from __future__ import annotations
@@ -52,14 +52,20 @@ class RssMeter:
             self._proc = psutil.Process()
         return int(self._proc.memory_info().rss)
 
+    def _read_hwm(self) -> int | None:
+        try:
+            return _status_kib((self.proc_self / "status").read_text(), "VmHWM")
+        except OSError:
+            return None
+
     def reset(self) -> None:
         try:
             (self.proc_self / "clear_refs").write_text("5")  # resets VmHWM to the current RSS
-            self._hwm = True
-            self.kind = "cpu_rss_growth_hwm"
+            # a reset is only worth it where VmHWM can be read back; else poll from the start
+            self._hwm = self._read_hwm() is not None
         except OSError:
             self._hwm = False
-            self.kind = "cpu_rss_growth_sampled"
+        self.kind = "cpu_rss_growth_hwm" if self._hwm else "cpu_rss_growth_sampled"
         self._baseline = self._rss()
         self._peak = self._baseline
 
@@ -70,14 +76,15 @@ class RssMeter:
             self._peak = max(self._peak, self._rss())
 
     def peak_bytes(self) -> int:
-        peak = self._peak
         if self._hwm:
-            try:
-                hwm = _status_kib((self.proc_self / "status").read_text(), "VmHWM")
-            except OSError:
-                hwm = None
-            peak = max(peak, hwm if hwm is not None else self._rss())
-        return max(0, peak - self._baseline)
+            hwm = self._read_hwm()
+            if hwm is not None:
+                return max(0, max(self._peak, hwm) - self._baseline)
+            # VmHWM read at reset and gone now (no polled peak in this mode): poll from here
+            # on, and say the peak is a sampled one
+            self._hwm, self.kind = False, "cpu_rss_growth_sampled"
+        self.update()
+        return max(0, self._peak - self._baseline)
 
 
 class CudaMemoryMeter:
