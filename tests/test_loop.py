@@ -8,7 +8,7 @@ import pytest
 
 from mlbaseline.config import ThroughputConfig
 from mlbaseline.measure.clock import ManualClock
-from mlbaseline.measure.loop import Decision, StopRule, run_steps
+from mlbaseline.measure.loop import Decision, StepLoop, StopRule, run_steps
 from mlbaseline.measure.timers import CpuStageTimer, StepTimes, make_timer
 
 
@@ -215,3 +215,29 @@ def test_cpu_timer_resets_between_steps():
 def test_make_timer_chooses_by_device():
     assert make_timer("cpu").kind == "cpu"
     assert StepTimes(1.0, {"a": 0.25, "b": 0.5}).residual_s == pytest.approx(0.25)
+
+
+def test_the_warmup_test_runs_once_per_step_on_the_newest_window_only(monkeypatch):
+    """The warm-up never settles here, so every step until the cap asks again: each asks one
+    split-half test of one window (O(window) per step, not a rescan of all windows so far)."""
+    from mlbaseline.stats import stability
+
+    seen: list[int] = []
+
+    def never_settled(window, tolerance, alpha):  # the window each test is handed
+        seen.append(len(window))
+        return False
+
+    monkeypatch.setattr(stability, "split_half_settled", never_settled)
+    rule = StopRule(warmup_min=2, warmup_max=60, warmup_window=8, max_steps=5, max_time_s=1e9)
+    clock = ManualClock()
+    loop: StepLoop[float] = StepLoop(rule, clock)
+    for _ in range(200):
+        loop.begin()
+        clock.advance(0.01)
+        loop.end(0.01, 0.01)
+        if loop.warmup is not None:
+            break
+    assert loop.warmup == 60 and loop.capped
+    # steps 10..68 test (the newest window starts at j >= warmup_min = 2): one test each
+    assert len(seen) == 68 - (2 + 8) + 1 and set(seen) == {8}
