@@ -485,3 +485,20 @@ def test_saved_results_are_recorded_in_the_history(tmp_path, monkeypatch):
     entries = history.entries(bl.cfg, history.query())
     assert [Path(e.path).name for e in entries] == ["kept.json"]
     assert entries[0].kind == "throughput" and "train.bs16.step" in entries[0].metrics
+
+
+def test_one_none_rule_on_both_config_paths(tmp_path):
+    """A Config object and a YAML path merge the overrides the same way: None is unset (the
+    config's value stays), any other value wins."""
+    from mlbaseline.config import resolve
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text("workload:\n  grad_accum: 4\ngolden:\n  seed: 7\n")
+    for config in (resolve(path), path):
+        kept = Baseline("n", 8, "cpu", config=config, grad_accum=None,
+                        overrides={"golden.seed": None}, telemetry=False, probe=NullProbe())  # fmt: skip
+        assert (kept.grad_accum, kept.cfg.golden.seed) == (4, 7)
+        won = Baseline("n", 8, "cpu", config=config, grad_accum=2,
+                       overrides={"golden.seed": 3}, telemetry=False, probe=NullProbe())  # fmt: skip
+        assert (won.grad_accum, won.cfg.golden.seed) == (2, 3)
+        assert won.cfg.workload.model == "api:n" and won.cfg.throughput.batch_sizes == [8]

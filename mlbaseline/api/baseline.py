@@ -385,6 +385,16 @@ def _record(path: Path, cfg: Config) -> None:
 _EMPTY = Metric("none", "s", False, [])
 
 
+def _with(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`overrides` (dotted paths) merged over `base`. The one None rule, `config.resolve`'s:
+    a None value is unset (a `Baseline(amp=None)` argument), so it keeps the value below it."""
+    merged = dict(base)
+    for dotted, value in overrides.items():
+        if value is not None:
+            merged = deep_merge(merged, nest(dotted, value))
+    return merged
+
+
 def _config(
     name: str,
     batch_size: int | None,
@@ -397,11 +407,7 @@ def _config(
     set on it: the batch size, the device, the model (the user's, named `api:NAME`), and one
     batch size trained in this process."""
     if isinstance(config, Config):
-        merged = config.to_dict()
-        for dotted, value in overrides.items():
-            if value is not None:
-                merged = deep_merge(merged, nest(dotted, value))
-        cfg = build(Config, merged)
+        cfg = build(Config, _with(config.to_dict(), overrides))
     else:
         cfg = resolve(Path(config) if config else None, profile, overrides)
     size = batch_size or cfg.golden.batch_size
@@ -416,10 +422,7 @@ def _config(
         "throughput.nproc": 1,
         "throughput.repeats": 1,
     }
-    merged = cfg.to_dict()
-    for dotted, value in mine.items():
-        merged = deep_merge(merged, nest(dotted, value))
-    return build(Config, merged)
+    return build(Config, _with(cfg.to_dict(), mine))
 
 
 Part = tuple[int, list[Metric], dict[str, Any]]
