@@ -495,10 +495,11 @@ def test_one_none_rule_on_both_config_paths(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text("workload:\n  grad_accum: 4\ngolden:\n  seed: 7\n")
     for config in (resolve(path), path):
+        quiet = {"telemetry": False, "probe": NullProbe()}
         kept = Baseline("n", 8, "cpu", config=config, grad_accum=None,
-                        overrides={"golden.seed": None}, telemetry=False, probe=NullProbe())  # fmt: skip
+                        overrides={"golden.seed": None}, **quiet)  # fmt: skip
         assert (kept.grad_accum, kept.cfg.golden.seed) == (4, 7)
         won = Baseline("n", 8, "cpu", config=config, grad_accum=2,
-                       overrides={"golden.seed": 3}, telemetry=False, probe=NullProbe())  # fmt: skip
+                       overrides={"golden.seed": 3}, **quiet)  # fmt: skip
         assert (won.grad_accum, won.cfg.golden.seed) == (2, 3)
         assert won.cfg.workload.model == "api:n" and won.cfg.throughput.batch_sizes == [8]
