@@ -20,7 +20,7 @@ from torch import nn
 
 from mlbaseline.config import Config, WorkloadConfig
 from mlbaseline.errors import ConfigError, DatasetError, FactoryError
-from mlbaseline.workloads.imports import accepted, call_factory, resolve_callable
+from mlbaseline.workloads.imports import accepted, call_factory, call_resolved, resolve_callable
 from mlbaseline.workloads.synthetic import SyntheticText, SyntheticVision, pad_collate
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -136,24 +136,27 @@ def default_transform(image_size: int) -> Callable[[Any], torch.Tensor]:
     return transforms.Compose([transforms.Resize((image_size, image_size)), transforms.ToTensor()])
 
 
-def _is_transform_itself(fn: Callable[..., Any], kwargs: dict[str, Any], w: WorkloadConfig) -> bool:
-    """A plain function that needs exactly one positional argument (the sample) and is given
-    no transform_kwargs is the transform; a class, or a function callable with the keywords
-    it is offered (`image_size`, …), is a factory that returns one."""
+def _transform_kind(fn: Callable[..., Any], kwargs: dict[str, Any], w: WorkloadConfig) -> str:
+    """What `workload.transform` is. `factory`: a class, a function given transform_kwargs,
+    one callable with the keywords it names (`image_size`, …), or one that cannot take a
+    sample; `transform`: a function that needs exactly one positional argument (the sample);
+    `either`: one callable both with no argument and with one (`def make(offset=1)` or
+    `def t(img=None)`: the signature cannot say)."""
     if inspect.isclass(fn) or kwargs:
-        return False
+        return "factory"
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return False
+        return "factory"
+    named = accepted(fn, _shape(w))
+    if (named and _binds(sig, **named)) or not _binds(sig, object()):
+        return "factory"
+    return "either" if _binds(sig) else "transform"
+
+
+def _binds(sig: inspect.Signature, *args: Any, **kwargs: Any) -> bool:
     try:
-        sig.bind(**accepted(fn, _shape(w)))
-    except TypeError:
-        pass
-    else:
-        return False  # callable as a factory
-    try:
-        sig.bind(object())
+        sig.bind(*args, **kwargs)
     except TypeError:
         return False
     return True
@@ -161,16 +164,23 @@ def _is_transform_itself(fn: Callable[..., Any], kwargs: dict[str, Any], w: Work
 
 def build_transform(w: WorkloadConfig) -> Callable[[Any], Any]:
     """`workload.transform`: a factory called with transform_kwargs (a torchvision transform
-    class, a function returning a transform), or a one-argument function used as it is."""
+    class, a function returning a transform), or a one-argument function used as it is. One
+    that could be either is called once with no argument: a callable back is the transform it
+    made, anything else (or an exception: it wanted its sample) means it is the transform."""
     if w.transform is None:
         return default_transform(w.image_size)
     kwargs = dict(w.transform_kwargs)
     fn = resolve_callable(w.transform, "workload.transform", w.import_paths)
-    if _is_transform_itself(fn, kwargs, w):
+    kind = _transform_kind(fn, kwargs, w)
+    if kind == "transform":
         return fn
-    out = call_factory(
-        w.transform, kwargs, "workload.transform", offered=_shape(w), import_paths=w.import_paths
-    )
+    if kind == "either":
+        try:
+            out = fn()
+        except Exception:  # it needs a sample: the transform itself
+            return fn
+        return out if callable(out) else fn
+    out = call_resolved(fn, w.transform, kwargs, "workload.transform", offered=_shape(w))
     if not callable(out):
         raise FactoryError(
             f"workload.transform: '{w.transform}' returned {type(out).__name__}, not a callable "
@@ -266,9 +276,7 @@ def _user_dataset(w: WorkloadConfig) -> Any:
                 "workload.transform)"
             )
         kwargs["transform"] = build_transform(w)
-    return call_factory(
-        w.dataset, kwargs, "workload.dataset", offered=_shape(w), import_paths=w.import_paths
-    )
+    return call_resolved(fn, w.dataset, kwargs, "workload.dataset", offered=_shape(w))
 
 
 def model_dtype(w: WorkloadConfig) -> torch.dtype:

@@ -38,10 +38,10 @@ def search_paths(extra: Sequence[str] = ()) -> list[str]:
 
 
 def _add_to_sys_path(paths: Sequence[str]) -> None:
-    for p in paths:
-        if p not in sys.path:
-            sys.path.append(p)
-    importlib.invalidate_caches()  # a module file written after start-up is found too
+    new = [p for p in paths if p not in sys.path]
+    sys.path.extend(new)
+    if new:  # a folder's module written after start-up is found too; a known folder's
+        importlib.invalidate_caches()  # finder already refreshes on a change of its mtime
 
 
 def _import(module_name: str, what: str, paths: Sequence[str]) -> Any:
@@ -110,6 +110,18 @@ def call_factory(
     """Resolve and call with `kwargs`, plus those `offered` keywords the factory's signature
     names and `kwargs` does not set; an exception inside the factory is one FactoryError line."""
     fn = resolve_callable(path, what, import_paths)
+    return call_resolved(fn, path, kwargs, what, *args, offered=offered)
+
+
+def call_resolved(
+    fn: Callable[..., Any],
+    path: str,
+    kwargs: dict[str, Any],
+    what: str,
+    *args: Any,
+    offered: Mapping[str, Any] | None = None,
+) -> Any:
+    """`call_factory` for a factory already resolved from `path` (no second import)."""
     call_kwargs = {**accepted(fn, offered or {}), **kwargs}
     try:
         return fn(*args, **call_kwargs)
