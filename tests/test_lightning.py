@@ -186,3 +186,40 @@ def test_accumulation_and_precision_are_recorded_like_the_clis(tmp_path):
     assert r.config["workload"]["grad_accum"] == 2 and r.config["workload"]["amp"] == "bfloat16"
     assert r.environment["blocking"]["workload.amp"] == "bfloat16"
     assert r.data["batch_sizes"]["8"]["train"]["samples_per_step"] == 16
+
+
+def _long(path, **kw) -> MlbCallback:
+    """A rule that is not met in these short fits: every step is kept to on_train_end."""
+    strict = {**RULE, "throughput.min_steps": 500, "throughput.max_steps": 1000}
+    return MlbCallback(path, overrides=strict, telemetry=False, probe=NullProbe(), **kw)
+
+
+def test_an_epochs_last_shorter_accumulation_is_one_step_as_lightning_steps(tmp_path):
+    """10 batches an epoch, accumulate 3: Lightning steps after batches 3, 6, 9 and 10 (the
+    epoch's last); so does mlb, the last step holding the one batch it had."""
+    cb = _long(tmp_path / "acc3.json")
+    t = trainer(cb, max_epochs=2, accumulate_grad_batches=3)
+    t.fit(Tiny(), loader(n=80))
+    bl = cb.baseline
+    assert bl is not None and t.global_step == 8
+    assert [r.samples for r in bl.loop.records] == [24, 24, 24, 8] * 2
+
+
+class Validated(Tiny):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+
+def test_validation_inside_an_accumulation_keeps_the_step(tmp_path):
+    """12 batches an epoch, accumulate 3, validation every 4 batches: the validation after
+    batch 4 falls inside the second accumulation, which is still one step of 3 batches."""
+    cb = _long(tmp_path / "val.json")
+    t = trainer(cb, max_epochs=2, accumulate_grad_batches=3, val_check_interval=4,
+                num_sanity_val_steps=0, limit_val_batches=2)  # fmt: skip
+    t.fit(Validated(), loader(n=96), loader(n=32))
+    bl = cb.baseline
+    assert bl is not None and t.global_step == 8 == len(bl.loop.records)
+    assert all(r.samples == 24 for r in bl.loop.records)
+    validated = [i for i, r in enumerate(bl.loop.records) if "validation" in r.times.stages]
+    assert validated == [1, 2, 5, 6]  # batches 4 and 8 of each epoch: steps 2 and 3

@@ -13,7 +13,10 @@ what falls outside them. When the stop rule is met the result is written (and, w
 `stop_training=True`, training stops); a run that ends first writes it at `on_train_end`, its
 stop reason `loop_ended`. Under DDP every rank measures and rank 0 writes the pooled result.
 With `accumulate_grad_batches=N` a step is N batches (one optimizer step, their stages added
-up), recorded as `workload.grad_accum`; a mixed precision as `workload.amp`, a true one as
+up), recorded as `workload.grad_accum`; the step ends where Lightning steps the optimizer (its
+epoch loop's `_should_accumulate`): an epoch's last batch ends a shorter step too (its samples
+are the batches it had), and a validation run inside an accumulation stays in that step, timed
+as its stage `validation`; a mixed precision as `workload.amp`, a true one as
 `workload.dtype` (comparability keys, as for `mlb throughput`).
 """
 
@@ -79,6 +82,7 @@ class MlbCallback(pl.Callback):
         self.baseline: Baseline | None = None
         self.saved: Path | None = None
         self._stage: Any = None  # the open stage block
+        self._batches = 0  # batches in the open step
 
     # ------------------------------------------------------------ stage cursor
 
@@ -98,6 +102,18 @@ class MlbCallback(pl.Callback):
         if bl is not None and self._stage is not None:
             self._switch(None)
             bl.abort_step()
+        self._batches = 0
+
+    @staticmethod
+    def _accumulating(trainer: pl.Trainer, batch_idx: int) -> bool:
+        """Whether Lightning holds the optimizer step after this batch: its epoch loop's own
+        rule (N batches, or the epoch's last batch, unless the strategy accumulates itself);
+        the plain modulo where a Trainer lacks it."""
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        should = getattr(loop, "_should_accumulate", None)
+        if callable(should):
+            return bool(should())
+        return bool((batch_idx + 1) % trainer.accumulate_grad_batches)
 
     # ------------------------------------------------------------ hooks
 
@@ -118,6 +134,7 @@ class MlbCallback(pl.Callback):
             return
         if self._stage is None:  # the first batch of an epoch: no data wait seen
             bl.begin_step()
+            self._batches = 0
         self._switch("forward")
 
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: Any, optimizer: Any) -> None:
@@ -140,11 +157,13 @@ class MlbCallback(pl.Callback):
         bl = self.baseline
         if bl is None or bl.done:
             return
-        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+        self._batches += 1
+        if self._accumulating(trainer, batch_idx):
             self._switch("data_wait")  # mid-accumulation: the optimizer step is still to come
             return
         self._switch(None)
-        bl.end_step()
+        bl.end_step(bl.batch_size * self._batches)
+        self._batches = 0
         if bl.done:
             self._save()
             if self.stop_training:
@@ -157,7 +176,12 @@ class MlbCallback(pl.Callback):
         self._drop_pending()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._drop_pending()  # validation is not the next batch's data wait
+        if self._batches and self._stage is not None:
+            # inside an accumulation: the step goes on after it (its optimizer step is still
+            # to come), validation timed apart from the data wait
+            self._switch("validation")
+        else:
+            self._drop_pending()  # validation is not the next batch's data wait
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._drop_pending()
