@@ -59,9 +59,16 @@ def medians(result, prefix: str = "train.bs4") -> dict[str, float]:
     return out
 
 
+def minima(result, prefix: str = "train.bs4") -> dict[str, float]:
+    """Each stage's fastest step. A busy machine only adds time (preemption inside a spin
+    overshoots it, never shortens it), so the fastest step is the one nearest the true cost."""
+    return {s: min(result.measurements[f"{prefix}.{s}"].values) for s in TRAIN_STAGES}
+
+
 @pytest.fixture(scope="module")
 def baseline():
-    return medians(run_throughput(config(), probe=NullProbe()))
+    result = run_throughput(config(), probe=NullProbe())
+    return medians(result), minima(result)
 
 
 @pytest.mark.parametrize(
@@ -75,17 +82,23 @@ def baseline():
     ],
 )
 def test_a_slower_stage_shows_in_that_stage_only(baseline, stage, over):
-    slow = medians(run_throughput(config(**over), probe=NullProbe()))
-    grown = {s: slow[s] - baseline[s] for s in TRAIN_STAGES}
-    # the stage grew by about the injected cost (busy-wait: never less, noise can add)
-    assert grown[stage] >= 0.9 * DELAY
-    assert grown[stage] <= 3 * DELAY
-    # ...and no other stage took it
+    base, base_min = baseline
+    result = run_throughput(config(**over), probe=NullProbe())
+    slow, slow_min = medians(result), minima(result)
+    # the typical step's stage grew by at least the injected cost (a spin never ends early)
+    assert slow[stage] - base[stage] >= 0.9 * DELAY
+    # ...and by about that cost, not more: a load-robust upper bound is on the fastest step,
+    # since load only adds (data_wait is 4 spins per batch, so 4 chances of overshoot per
+    # step: a bound on medians was timing luck). Counting a 2nd batch or stage would be 2×.
+    grown = {s: slow_min[s] - base_min[s] for s in TRAIN_STAGES}
+    assert grown[stage] <= 1.5 * DELAY, grown
+    # ...and no other stage took it (a leaked deterministic cost shows in every step, the
+    # fastest included)
     for other in TRAIN_STAGES:
         if other != stage:
             assert abs(grown[other]) < DELAY / 3, (other, grown)
     # the step total carries it; the residual does not
-    assert slow["step"] - baseline["step"] >= 0.9 * DELAY
+    assert slow["step"] - base["step"] >= 0.9 * DELAY
     assert abs(slow["residual"]) < 0.05 * slow["step"]
 
 
