@@ -381,8 +381,18 @@ def test_real_fresh_processes_aa_end_to_end(tmp_path):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     r = load_result(out, kinds=["ab"])
-    why = (r.data.get("stop_reason"), r.data.get("dropped"), r.status, r.notes)
-    assert r.data["pairs_done"] == 6 and not r.data["dropped"] and _regressed(r) == [], why
+    dropped = r.data["dropped"]
+    why = (r.data.get("stop_reason"), dropped, r.status, r.notes)
+    assert r.data["stop_reason"] == "pairs" and _regressed(r) == [], why
+    # 12 fresh processes on a loaded machine: one turn may fail for the machine's reasons (a
+    # documented outcome, not this test's point): then its pair is dropped and says why, and
+    # only the finished pairs are judged and written. More than one is not load any more.
+    assert len(dropped) <= 1 and r.data["pairs_done"] + len(dropped) == 6, why
+    assert all(d["error"] for d in dropped), why
+    done = r.data["pairs_done"]
+    assert len(r.data["pair_index"]) == done and not set(r.data["pair_index"]) & {
+        d["pair"] for d in dropped
+    }
     assert any(w["code"] == "too_few_pairs" for w in r.warnings)
     for arm in ("a", "b"):
-        assert len(load_result(tmp_path / f"ab.{arm}.json").data["replicates"]) == 6
+        assert len(load_result(tmp_path / f"ab.{arm}.json").data["replicates"]) == done
