@@ -166,6 +166,25 @@ def _zero_raw(old: ArrayLike, new: ArrayLike) -> _Raw:
     return _Raw(len(old), len(new), 0.0, 0.0, (1.0, 1.0, 1.0), 1.0, 0.0, 0.0)
 
 
+def _raws(
+    metrics: Mapping[str, tuple[Sequence[float], Sequence[float], bool]],
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+) -> dict[str, _Raw]:
+    """Per metric, the test and the bootstrap CI before Holm (ValueError naming the metric)."""
+    raws: dict[str, _Raw] = {}
+    for name, (old, new, _) in metrics.items():
+        try:
+            if _all_zero(old, new):
+                raws[name] = _zero_raw(old, new)
+            else:
+                raws[name] = _raw_comparison(old, new, confidence, n_resamples, seed)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return raws
+
+
 def compare_samples(
     metrics: Mapping[str, tuple[Sequence[float], Sequence[float], bool]],
     threshold: float | Mapping[str, float] = DEFAULT_THRESHOLD,
@@ -185,15 +204,7 @@ def compare_samples(
     > 0 and values non-negative (ValueError naming the metric). Results keep the input order.
     """
     _check_confidence(confidence)
-    raws: dict[str, _Raw] = {}
-    for name, (old, new, _) in metrics.items():
-        try:
-            if _all_zero(old, new):
-                raws[name] = _zero_raw(old, new)
-            else:
-                raws[name] = _raw_comparison(old, new, confidence, n_resamples, seed)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
+    raws = _raws(metrics, confidence, n_resamples, seed)
     adjusted = holm([r.p_value for r in raws.values()])
     out: list[MetricComparison] = []
     for (name, raw), p_adj in zip(raws.items(), adjusted, strict=True):
