@@ -1,5 +1,5 @@
 """comparison.attribution: a stage row reports the medians, delta and CI that one call of
-medians_and_difference_ci computed (the same figures difference_of_medians_ci gives)."""
+medians_and_difference_ci computed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ def test_stage_row_reuses_the_medians_of_the_difference_ci():
     old, new = rng.lognormal(0.0, 0.1, 41), rng.lognormal(0.1, 0.1, 37)
     pair = matching.Pair(old, new, "samples", (0, 0))
     row = attribution._stage_row("fwd", "g.fwd", pair, 2.0, 0.5, None, CAL, 42)
-    diff, lo, hi = cmp.difference_of_medians_ci(old, new, CAL.confidence, CAL.n_resamples, 42)
+    _, _, diff, lo, hi = cmp.medians_and_difference_ci(
+        old, new, CAL.confidence, CAL.n_resamples, 42
+    )
     assert (row.median_old, row.median_new) == (float(np.median(old)), float(np.median(new)))
     assert row.delta == diff and row.ci == (lo, hi)
     assert row.pct_of_total == diff / 2.0 and row.share == diff / 0.5

@@ -231,10 +231,11 @@ def test_run_results_compare_every_group_by_name():
 # --------------------------------------------------------------------------- statistics glue
 
 
-def test_difference_of_medians_ci_matches_scipy_bootstrap():
+def test_medians_and_difference_ci_matches_scipy_bootstrap():
     rng = np.random.default_rng(11)
     a, b = rng.normal(1.0, 0.1, 60), rng.normal(1.1, 0.1, 70)
-    diff, lo, hi = cmp.difference_of_medians_ci(a, b, n_resamples=4000)
+    m_a, m_b, diff, lo, hi = cmp.medians_and_difference_ci(a, b, n_resamples=4000)
+    assert (m_a, m_b) == (float(np.median(a)), float(np.median(b)))
     ref = sps.bootstrap(
         (a, b),
         lambda x, y, axis=-1: np.median(y, axis=axis) - np.median(x, axis=axis),

@@ -50,8 +50,8 @@ from mlbaseline.comparison.attribution import attribution_sentence
 from mlbaseline.comparison.judge import compare_results
 from mlbaseline.comparison.matching import (
     describe_differences,
-    difference_of_medians_ci,
     environment_differences,
+    medians_and_difference_ci,
     replicate_medians,
     threshold_for,
 )
@@ -84,9 +84,9 @@ __all__ = [
     "attribution_sentence",
     "compare_results",
     "describe_differences",
-    "difference_of_medians_ci",
     "environment_differences",
     "failing_names",
+    "medians_and_difference_ci",
     "replicate_medians",
     "threshold_for",
     "to_result",

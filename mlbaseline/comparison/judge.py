@@ -284,7 +284,7 @@ def _mde(row: stats.MetricComparison, level: Level, cfg: CompareConfig, k: int) 
     if by_process is not None:
         return by_process
     # the verdict's own figure (an inconclusive row's mde), from the standard errors it carries
-    mde = row.mde if row.mde is not None else stats.median_mde(row, cfg.alpha)
+    mde = stats.median_mde(row, cfg.alpha)
     if level.basis == "replicates":
         return mde
     bar = level.noise_bar(cfg.confidence)

@@ -140,21 +140,6 @@ def skip_reason(old: Metric, new: Metric, pair: Pair | None) -> tuple[str, str] 
     return None
 
 
-def difference_of_medians_ci(
-    old: np.ndarray,
-    new: np.ndarray,
-    confidence: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = stats.DEFAULT_SEED,
-) -> tuple[float, float, float]:
-    """median(new) − median(old) with a seeded, unpaired two-sample percentile-bootstrap CI:
-    each side is resampled on its own. Uses the stats module's exact order-statistic sampler
-    of bootstrap medians (O(n log n + n_resamples), so 100k samples take milliseconds).
-
-    Returns (difference, low, high)."""
-    return medians_and_difference_ci(old, new, confidence, n_resamples, seed)[2:]
-
-
 def medians_and_difference_ci(
     old: np.ndarray,
     new: np.ndarray,
@@ -162,8 +147,12 @@ def medians_and_difference_ci(
     n_resamples: int = 2000,
     seed: int = stats.DEFAULT_SEED,
 ) -> tuple[float, float, float, float, float]:
-    """(median(old), median(new), difference, low, high): :func:`difference_of_medians_ci`
-    with the two medians it computed, for a caller that reports them too (attribution)."""
+    """median(new) − median(old) with a seeded, unpaired two-sample percentile-bootstrap CI:
+    each side is resampled on its own. Uses the stats module's exact order-statistic sampler
+    of bootstrap medians (O(n log n + n_resamples), so 100k samples take milliseconds).
+
+    Returns (median(old), median(new), difference, low, high): the medians too, for a caller
+    that reports them (attribution)."""
     m_old, m_new = np.median(old), np.median(new)
     rep_old, rep_new = stats._median_replicates(old, new, n_resamples, seed)
     lo, hi = stats._interval(rep_new - rep_old, confidence)

@@ -10,6 +10,7 @@ measured between-process noise the comparison's threshold and its in-process rul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlbaseline.comparison import Comparison, compare_results
@@ -52,17 +53,39 @@ def _pool(results: list[Result]) -> Result:
     return pooled
 
 
+def earlier_complete(
+    store: Store, q: Query, created_at: str, keep: Callable[[Entry], bool] = lambda e: True
+) -> list[Entry]:
+    """Complete records matching `q`, created before `created_at` and kept by `keep`, oldest
+    first: the candidates of the gate and of the noise between sittings (history.sittings)."""
+    return [
+        e
+        for e in store.entries(q, with_metrics=False)
+        if e.status == "complete" and e.created_at < created_at and keep(e)
+    ]
+
+
+def load_documents(
+    store: Store, entries: list[Entry]
+) -> tuple[list[tuple[Entry, Result]], list[str]]:
+    """The stored result of each entry, and why any was left out (its document missing)."""
+    loaded, skipped = [], []
+    for e in entries:
+        body = store.document(e.id)
+        if body is None:
+            skipped.append(f"#{e.id}: its document is missing from the store")
+            continue
+        loaded.append((e, parse_body(body, f"history #{e.id}")))
+    return loaded, skipped
+
+
 def baselines_for(
     store: Store, new: Record, last: int, branch: str | None
 ) -> tuple[list[Entry], str]:
     """The last `last` comparable records before `new` (on `branch` when given), oldest
     first, and the words that describe what was looked for."""
     q = Query(kind=new.kind, fingerprint=new.fingerprint, branch=branch)
-    found = [
-        e
-        for e in store.entries(q, with_metrics=False)
-        if e.sha256 != new.sha256 and e.created_at < new.created_at and e.status == "complete"
-    ]
+    found = earlier_complete(store, q, new.created_at, lambda e: e.sha256 != new.sha256)
     where = f"kind {new.kind}, fingerprint {new.fingerprint[:12]}"
     where += f", branch {branch}" if branch else ", any branch (none detected)"
     return found[-last:], where
@@ -71,21 +94,14 @@ def baselines_for(
 def gate_input(store: Store, new: Record, last: int, branch: str | None) -> GateInput:
     """The pooled baseline for `new`; NotComparableError (exit 3) when history has none."""
     entries, where = baselines_for(store, new, last, branch)
-    loaded, used, skipped = [], [], []
-    for e in entries:
-        body = store.document(e.id)
-        if body is None:
-            skipped.append(f"#{e.id}: its document is missing from the store")
-            continue
-        loaded.append(parse_body(body, f"history #{e.id}"))
-        used.append(e)
+    loaded, skipped = load_documents(store, entries)
     if not loaded:
         raise NotComparableError(
             f"nothing comparable in history ({display(store.location)}) for {new.path}: no "
             f"earlier complete result with {where}; record baselines first (every mlb run "
             "records its result; mlb history add FILE... imports old ones)"
         )
-    return GateInput(used, _pool(loaded), skipped)
+    return GateInput([e for e, _ in loaded], _pool([r for _, r in loaded]), skipped)
 
 
 def judge(

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from mlbaseline.errors import MlbError
-from mlbaseline.history.record import GitInfo, config_hash, fingerprint_hash, parse_body
+from mlbaseline.history.gate import earlier_complete, load_documents
+from mlbaseline.history.record import GitInfo, config_hash, fingerprint_hash
 from mlbaseline.history.store import Entry, Query, Store, StoreMissingError, open_store
 from mlbaseline.results import Result
 from mlbaseline.stats.noise import MIN_SITTINGS, Components, components, cross_sitting_mde
@@ -36,14 +37,14 @@ LAST = 20  # earlier sittings read at most: recent enough to describe today's ma
 def _earlier(store: Store, result: Result, git: GitInfo, last: int) -> list[Entry]:
     q = Query(kind=result.kind, fingerprint=fingerprint_hash(result))
     same_config = config_hash(result)
-    found = [
-        e
-        for e in store.entries(q, with_metrics=False)
-        if e.status == "complete"
-        and e.config_hash == same_config
-        and e.created_at < result.created_at
-        and (git.commit is None or e.git.commit == git.commit)
-    ]
+    found = earlier_complete(
+        store,
+        q,
+        result.created_at,
+        lambda e: (
+            e.config_hash == same_config and (git.commit is None or e.git.commit == git.commit)
+        ),
+    )
     return found[-last:]
 
 
@@ -113,11 +114,8 @@ def attach(
         entries = _earlier(store, result, git, last)
         if len(entries) + 1 < MIN_SITTINGS:
             return 0
-        earlier = []
-        for e in entries:
-            body = store.document(e.id)
-            if body is not None:
-                earlier.append((e.id, parse_body(body, f"history #{e.id}")))
+        loaded, _ = load_documents(store, entries)  # a missing document: one sitting fewer
+        earlier = [(e.id, r) for e, r in loaded]
     except Exception as exc:
         _warn(result, exc)
         return 0
