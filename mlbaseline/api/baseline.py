@@ -43,9 +43,9 @@ from mlbaseline.measure.timers import StageTimer, make_timer
 from mlbaseline.results import Metric, Result, write_result
 from mlbaseline.runners.throughput import (
     RESIDUAL_LIMIT,
-    _finish,  # the checks and stability warnings of every throughput result
-    _telemetry_data,  # the telemetry block of every throughput result
+    finish_result,
     make_sampler,
+    telemetry_block,
 )
 
 B = TypeVar("B")
@@ -311,8 +311,8 @@ class Baseline:
         if loop.stop_reason == "interrupted":
             result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
         if self.sampler is not None:
-            _telemetry_data(result, self.sampler, telemetry_csv, owned=True)
-        _finish(result)
+            telemetry_block(result, self.sampler, telemetry_csv, owned=True)
+        finish_result(result)
         return result
 
     def _skeleton(self, stages: tuple[str, ...], world: int) -> Result:

@@ -177,9 +177,9 @@ def _telemetry_window(
 # ---------------------------------------------------------------- verdict and warnings
 
 
-def _finish(result: Result) -> None:
-    """Checks, stability warnings and the overall status, from the data (works for local,
-    multi-process and pooled results alike)."""
+def finish_result(result: Result) -> None:
+    """The checks, stability warnings and overall status every throughput result gets (local,
+    multi-process, pooled, and the library API's `Baseline`), from the data."""
     entries = result.data.get("batch_sizes", {})
     tolerance = result.config.get("throughput", {}).get("stability_tolerance")
     for key, entry in entries.items():
@@ -253,9 +253,10 @@ def _train_checks(result: Result, name: str, info: dict[str, Any], tolerance: An
 # ---------------------------------------------------------------- telemetry
 
 
-def _telemetry_data(
+def telemetry_block(
     result: Result, sampler: TelemetrySampler, csv_name: str | None, owned: bool
 ) -> None:
+    """The telemetry block (and its warnings) every throughput result gets (runner and API)."""
     overhead = sampler.overhead()
     data: dict[str, Any] = {
         "interval_s": sampler.interval_s,
@@ -445,8 +446,8 @@ def _run_once(
             entry.setdefault("stop_reason", "interrupted")
     watch.record(result)
     if tele is not None:
-        _telemetry_data(result, tele, telemetry_name if csv_path else None, owned)
-    _finish(result)
+        telemetry_block(result, tele, telemetry_name if csv_path else None, owned)
+    finish_result(result)
     return result
 
 
@@ -596,8 +597,8 @@ def run_replicates(
     result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
     record_contamination(result, account)
     if tele is not None:
-        _telemetry_data(result, tele, telemetry_name if csv_path else None, owned)
-    _finish(result)
+        telemetry_block(result, tele, telemetry_name if csv_path else None, owned)
+    finish_result(result)
     _between_sittings(result, cfg, plan)
     return result
 
@@ -658,7 +659,7 @@ def replicates_result(config: dict[str, Any], children: list[Result]) -> Result:
         result.data = {k: v for k, v in children[0].data.items() if k != "batch_sizes"}
     result.data.update(repeats=len(children), batch_sizes={})
     pool_replicates(result, children)
-    _finish(result)
+    finish_result(result)
     return result
 
 
@@ -677,10 +678,12 @@ __all__ = [
     "TRAIN_STAGES",
     "ChildRun",
     "child_command",
+    "finish_result",
     "make_sampler",
     "replicates_result",
     "run_child",
     "run_replicates",
     "run_throughput",
+    "telemetry_block",
     "write_child_config",
 ]

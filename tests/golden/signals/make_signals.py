@@ -14,7 +14,7 @@ Derived, seeded and deterministic, from the real measured `tests/golden/report/t
   0.9 / 0.05 cores of other programs' load → the contaminated signal fires / stays quiet.
 
 Pooling, `data["noise"]` and the account go through the real code (pool_replicates, the
-throughput runner's _finish, measure.contamination.record).
+throughput runner's finish_result, measure.contamination.record).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.contamination import CpuAccount, record
 from mlbaseline.measure.pooling import pool_replicates
 from mlbaseline.results import Metric, Result, load_result, write_result
-from mlbaseline.runners.throughput import _finish
+from mlbaseline.runners.throughput import finish_result
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "report" / "throughput.json"
@@ -63,7 +63,7 @@ def _replicated(one: Result, sd: float, seed: int) -> Result:
     out.data = {k: v for k, v in one.data.items() if k != "batch_sizes"}
     out.data.update(repeats=REPLICATES, batch_sizes={})
     pool_replicates(out, children)
-    _finish(out)
+    finish_result(out)
     return out
 
 
