@@ -286,6 +286,25 @@ def test_report_view_of_a_locked_store_is_none_not_a_crash(tmp_path, store, monk
         reader.close()
 
 
+def test_a_locked_store_is_one_error_line_naming_what_waited(tmp_path, store, monkeypatch):
+    import sqlite3
+
+    import mlbaseline.history.store as st
+
+    assert mlb("history", "add", *_series(tmp_path, 1)).exit_code == 0
+    monkeypatch.setattr(st, "BUSY_TIMEOUT_S", 0.2)
+    holder = sqlite3.connect(store, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        res = mlb("history", "list")
+    finally:
+        holder.close()
+    assert res.exit_code == 2 and flat(res.stderr) == (
+        f"Error: {store}: gave up reading after waiting 0.2 s: "
+        "the store is locked by another process"
+    )
+
+
 # ---------------------------------------------------------------- the report hook
 
 

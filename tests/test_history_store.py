@@ -248,10 +248,46 @@ def test_a_store_locked_by_a_reader_is_a_store_error_not_a_driver_error(tmp_path
         reader.execute("BEGIN")
         reader.execute("SELECT * FROM results").fetchall()
         for create in (True, False):
-            with pytest.raises(StoreError, match="stayed locked"):
+            with pytest.raises(StoreError, match=r"gave up opening after waiting 0\.05 s: the"):
                 open_store(str(path), create=create)
     finally:
         reader.close()
+
+
+def test_a_locked_store_names_what_waited_and_for_how_long(tmp_path, monkeypatch):
+    """Another connection holds the write lock: a read and a write each give up after the
+    busy timeout, and the message says which one waited and for how long — a sub-second
+    timeout as itself, not rounded to `0 s`, and no claim that the holder is a writer."""
+    import mlbaseline.history.store as st
+
+    monkeypatch.setattr(st, "BUSY_TIMEOUT_S", 0.2)
+    path = tmp_path / "h.sqlite"
+    store = open_store(str(path))
+    store.add(_record(1))
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        tail = "after waiting 0.2 s: the store is locked by another process"
+        for action, call in (
+            ("reading", store.entries),
+            ("writing", lambda: store.add(_record(2))),
+        ):
+            with pytest.raises(StoreError) as err:
+                call()
+            assert str(err.value) == f"{path}: gave up {action} {tail}"
+    finally:
+        holder.close()
+    assert store.count() == 1  # the lock gone, the store is as it was
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(30.0, "30"), (120.0, "120"), (1.5, "1.5"), (0.2, "0.2"), (0.05, "0.05")]
+)
+def test_busy_timeouts_are_shown_with_a_sensible_precision(value, shown):
+    from mlbaseline.history.store import _seconds
+
+    assert _seconds(value) == shown
 
 
 def test_a_corrupt_stored_document_is_a_store_error(tmp_path):

@@ -174,11 +174,17 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
+def _seconds(value: float) -> str:
+    """A wait as people write it: `30`, `120`, `1.5`, `0.2`, `0.05` (never a rounded `0`)."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 @contextmanager
-def _translated(where: str) -> Iterator[None]:
+def _translated(where: str, action: str) -> Iterator[None]:
     """Driver errors become one-line StoreErrors (exit 2), never a traceback: SQLAlchemy's,
     and sqlite3's own from a raw DBAPI connection (the WAL pragma), which SQLAlchemy does not
-    wrap, and a stored document that does not decompress."""
+    wrap, and a stored document that does not decompress. `action` (reading, writing,
+    opening) names what waited when the store stayed locked."""
     try:
         yield
     except MlbError:
@@ -186,8 +192,11 @@ def _translated(where: str) -> Iterator[None]:
     except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
         text = _first_line(getattr(exc, "orig", None) or exc)
         if "locked" in text or "busy" in text:
+            # the holder may be a reader as well as a writer (a rollback-journal store, a
+            # checkpoint), and another tool as well as mlb: say only what is known
             raise StoreError(
-                f"{where}: the store stayed locked by another writer for {BUSY_TIMEOUT_S:.0f} s"
+                f"{where}: gave up {action} after waiting {_seconds(BUSY_TIMEOUT_S)} s: "
+                "the store is locked by another process"
             ) from None
         raise StoreError(f"{where}: {text}") from None
     except (sa.exc.DatabaseError, sqlite3.DatabaseError, zlib.error) as exc:
@@ -211,7 +220,7 @@ class Store:
 
     def version(self) -> int | None:
         """The applied schema version; None for an empty database. Raises for a foreign one."""
-        with _translated(display(self.location)), self.engine.connect() as conn:
+        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
             return self._version(conn)
 
     def _version(self, conn: Connection) -> int | None:
@@ -230,7 +239,7 @@ class Store:
         """Apply the migrations not yet applied (up to `upto`), in one transaction; refuse a
         store from a newer mlb. Returns the version now in force."""
         where = display(self.location)
-        with _translated(where), self.engine.begin() as conn:
+        with _translated(where, "writing"), self.engine.begin() as conn:
             if self.dialect == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK})
             current = self._version(conn)
@@ -256,7 +265,7 @@ class Store:
     def add(self, rec: Record) -> tuple[int, bool]:
         """Store `rec`; (its id, True) — or (the id already stored, False) for a file whose
         SHA-256 is already recorded (recording is idempotent)."""
-        with _translated(display(self.location)), self.engine.begin() as conn:
+        with _translated(display(self.location), "writing"), self.engine.begin() as conn:
             found = conn.execute(
                 sa.select(sc.results.c.id).where(sc.results.c.sha256 == rec.sha256)
             ).scalar()
@@ -274,7 +283,7 @@ class Store:
 
     def remove(self, result_id: int) -> bool:
         """Delete one record with its metrics and document; False when there is no such id."""
-        with _translated(display(self.location)), self.engine.begin() as conn:
+        with _translated(display(self.location), "writing"), self.engine.begin() as conn:
             for table in (sc.metrics, sc.documents):
                 conn.execute(table.delete().where(table.c.result_id == result_id))
             gone = conn.execute(sc.results.delete().where(sc.results.c.id == result_id))
@@ -283,7 +292,7 @@ class Store:
     # ------------------------------------------------------------ reading
 
     def document(self, result_id: int) -> bytes | None:
-        with _translated(display(self.location)), self.engine.connect() as conn:
+        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
             body = conn.execute(
                 sa.select(sc.documents.c.body).where(sc.documents.c.result_id == result_id)
             ).scalar()
@@ -300,7 +309,7 @@ class Store:
         return found[0] if found else None
 
     def count(self) -> int:
-        with _translated(display(self.location)), self.engine.connect() as conn:
+        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(sc.results)).scalar())
 
     def entries(self, q: Query = Query(), with_metrics: bool = True) -> list[Entry]:
@@ -327,7 +336,7 @@ class Store:
         stmt = stmt.order_by(r.created_at.desc(), r.id.desc())
         if q.last:
             stmt = stmt.limit(q.last)
-        with _translated(display(self.location)), self.engine.connect() as conn:
+        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
             rows = list(conn.execute(stmt).mappings())[::-1]
             metrics = self._metrics(conn, stmt, q.metric) if rows and with_metrics else {}
         return [_entry(row, metrics.get(row["id"], {})) for row in rows]
@@ -351,7 +360,7 @@ class Store:
         return out
 
     def close(self) -> None:
-        with _translated(display(self.location)):
+        with _translated(display(self.location), "closing"):
             self.engine.dispose()
 
 
@@ -412,7 +421,7 @@ def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:
 def _wal(store: Store) -> None:
     """WAL mode (persistent in the file): readers never block the writer, and a killed writer
     leaves a WAL that the next open rolls back. Set outside any transaction, as SQLite wants."""
-    with _translated(store.location):
+    with _translated(store.location, "opening"):
         raw = store.engine.raw_connection()
         try:
             raw.cursor().execute("PRAGMA journal_mode = WAL")
