@@ -121,6 +121,55 @@ def test_add_refuses_a_file_that_is_not_a_result(tmp_path, store):
     assert not store.exists()  # validated before the store was created
 
 
+def _unreadable(p: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the suite may run as root, which chmod cannot lock out: refuse this one file's read
+    real = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self == p:
+            raise PermissionError(13, "Permission denied", str(p))
+        return real(self)
+
+    p.write_text("{}")
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+
+
+BAD_FILES = {
+    "missing": lambda p, mp: None,
+    "folder": lambda p, mp: p.mkdir(),
+    "unreadable": _unreadable,
+    "empty": lambda p, mp: p.write_text(""),
+    "not-json": lambda p, mp: p.write_text("<html>not json</html>\n"),
+    "not-utf8": lambda p, mp: p.write_bytes(b"\xff\xfe\x00garbage"),
+    "no-schema": lambda p, mp: p.write_text('{"kind": "throughput"}'),
+    "future-schema": lambda p, mp: p.write_text('{"schema_version": "9.0", "kind": "x"}'),
+    "top-level-list": lambda p, mp: p.write_text("[1, 2]"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_add_and_compare_give_one_message_for_one_fault(tmp_path, store, monkeypatch, case):
+    """`history add` reads a result file with load_result's own reader: the same fault is
+    the same one-line error there, through `mlb compare`, and from the library calls."""
+    from mlbaseline.errors import ResultFileError
+    from mlbaseline.history.record import record_file
+    from mlbaseline.results import load_result
+
+    (good,) = _series(tmp_path, 1)
+    bad = tmp_path / "bad.json"
+    BAD_FILES[case](bad, monkeypatch)
+    errors = []
+    for call in (load_result, record_file):
+        with pytest.raises(ResultFileError) as err:
+            call(bad)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1] and errors[0].startswith(f"{bad}: ")
+    added, compared = mlb("history", "add", bad), mlb("compare", good, bad, *FAST)
+    assert added.exit_code == compared.exit_code == 2
+    assert flat(added.stderr) == flat(compared.stderr) == f"Error: {errors[0]}"
+    assert not store.exists()  # refused before the store was created
+
+
 def test_listing_an_empty_history(store):
     res = mlb("history", "list", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout) == [] and not store.exists()

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from mlbaseline.errors import ResultFileError
-from mlbaseline.results import Metric, Result, result_from_dict, utc_now
+from mlbaseline.results import Metric, Result, parse_result, read_result_bytes, utc_now
 
 # the CI level of each metric's median in the store (what `trend` draws as its band)
 CI_LEVEL = 0.95
@@ -182,23 +181,16 @@ def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None
 
 
 def record_file(path: Path, git: GitInfo | None = None) -> Record:
-    """Read and validate a result file, and build its record (one-line errors)."""
-    path = Path(path)
-    try:
-        body = path.read_bytes()
-    except FileNotFoundError:
-        raise ResultFileError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return record_of(parse_body(body, str(path)), body, path, git)
+    """Read and validate a result file, and build its record. The reading and the checks are
+    :func:`mlbaseline.results.load_result`'s own (the same one-line error for the same fault
+    as `mlb compare` gives), read once: the same bytes are parsed and hashed."""
+    body = read_result_bytes(path)
+    return record_of(parse_result(body, str(path)), body, path, git)
 
 
 def parse_body(body: bytes, where: str) -> Result:
-    try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ResultFileError(f"{where}: not an mlb result file (not valid JSON)") from None
-    return result_from_dict(doc, where)
+    """A stored document as a Result, with load_result's checks (`where` names it)."""
+    return parse_result(body, where)
 
 
 __all__ = [
