@@ -223,3 +223,28 @@ def test_validation_inside_an_accumulation_keeps_the_step(tmp_path):
     assert all(r.samples == 24 for r in bl.loop.records)
     validated = [i for i, r in enumerate(bl.loop.records) if "validation" in r.times.stages]
     assert validated == [1, 2, 5, 6]  # batches 4 and 8 of each epoch: steps 2 and 3
+
+
+def test_a_smaller_last_batch_counts_the_samples_it_holds(tmp_path):
+    """84 samples in batches of 8 (drop_last=False): 10 batches of 8 and a last one of 4, which
+    is a step of 4 samples, and its samples/s is 4 over its step time (not 8 over it)."""
+    cb = _long(tmp_path / "short_last.json")
+    t = trainer(cb, max_epochs=2)
+    t.fit(Tiny(), loader(n=84))
+    bl = cb.baseline
+    assert bl is not None and t.global_step == 22 == len(bl.loop.records)
+    assert [r.samples for r in bl.loop.records] == ([8] * 10 + [4]) * 2
+    r = load_result(tmp_path / "short_last.json")
+    m = r.measurements
+    per_s, step = m["train.bs8.samples_per_s"], m["train.bs8.step"]
+    scale = {"s": 1.0, "ms": 1e-3}[step.unit]
+    counted = sorted(round(a * b * scale) for a, b in zip(per_s.values, step.values, strict=True))
+    assert counted == [4, 4] + [8] * (len(counted) - 2)  # both epochs' short steps measured
+
+
+def test_an_explicit_batch_size_is_counted_for_every_batch(tmp_path):
+    """MlbCallback(batch_size=N) is the override: N samples a batch, the short last one too."""
+    cb = _long(tmp_path / "fixed.json", batch_size=5)
+    trainer(cb, max_epochs=1).fit(Tiny(), loader(n=84))
+    bl = cb.baseline
+    assert bl is not None and [r.samples for r in bl.loop.records] == [5] * 11

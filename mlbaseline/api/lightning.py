@@ -9,9 +9,11 @@ One training batch is one step of a `Baseline`, its stages cut at Lightning's ho
 own work between batches such as logging), `forward` (`training_step`: forward and loss),
 `zero_grad`, `backward` (with DDP, the overlapped gradient all-reduce too) and `optimizer`
 (from the end of backward to the batch's end: clipping and `optimizer.step()`). The residual is
-what falls outside them. When the stop rule is met the result is written (and, with
-`stop_training=True`, training stops); a run that ends first writes it at `on_train_end`, its
-stop reason `loop_ended`. Under DDP every rank measures and rank 0 writes the pooled result.
+what falls outside them. A step's samples are its batches' own (`batch_size_of`: a smaller
+last batch counts as what it holds; `MlbCallback(batch_size=N)` counts N a batch). When the
+stop rule is met the result is written (and, with `stop_training=True`, training stops); a run
+that ends first writes it at `on_train_end`, its stop reason `loop_ended`. Under DDP every rank
+measures and rank 0 writes the pooled result.
 With `accumulate_grad_batches=N` a step is N batches (one optimizer step, their stages added
 up), recorded as `workload.grad_accum`; the step ends where Lightning steps the optimizer (its
 epoch loop's `_should_accumulate`): an epoch's last batch ends a shorter step too (its samples
@@ -63,7 +65,8 @@ def trainer_keys(trainer: pl.Trainer) -> dict[str, Any]:
 
 class MlbCallback(pl.Callback):
     """Measure `trainer.fit`'s training steps with `mlb`; see the module docstring.
-    `path`: the result JSON (`force` to overwrite); `batch_size`: default the first batch's;
+    `path`: the result JSON (`force` to overwrite); `batch_size`: the samples counted per batch
+    (default each batch's own, `batch_size_of`; the `train.bs{B}` group is the first batch's);
     other keyword arguments go to `Baseline` (`config=`, `overrides=`, `telemetry=`, …)."""
 
     def __init__(
@@ -83,6 +86,7 @@ class MlbCallback(pl.Callback):
         self.saved: Path | None = None
         self._stage: Any = None  # the open stage block
         self._batches = 0  # batches in the open step
+        self._samples = 0  # their samples: a short last batch counts as what it holds
 
     # ------------------------------------------------------------ stage cursor
 
@@ -102,7 +106,7 @@ class MlbCallback(pl.Callback):
         if bl is not None and self._stage is not None:
             self._switch(None)
             bl.abort_step()
-        self._batches = 0
+        self._batches = self._samples = 0
 
     @staticmethod
     def _accumulating(trainer: pl.Trainer, batch_idx: int) -> bool:
@@ -134,7 +138,7 @@ class MlbCallback(pl.Callback):
             return
         if self._stage is None:  # the first batch of an epoch: no data wait seen
             bl.begin_step()
-            self._batches = 0
+            self._batches = self._samples = 0
         self._switch("forward")
 
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: Any, optimizer: Any) -> None:
@@ -158,12 +162,13 @@ class MlbCallback(pl.Callback):
         if bl is None or bl.done:
             return
         self._batches += 1
+        self._samples += self.batch_size or batch_size_of(batch)
         if self._accumulating(trainer, batch_idx):
             self._switch("data_wait")  # mid-accumulation: the optimizer step is still to come
             return
         self._switch(None)
-        bl.end_step(bl.batch_size * self._batches)
-        self._batches = 0
+        bl.end_step(self._samples)
+        self._batches = self._samples = 0
         if bl.done:
             self._save()
             if self.stop_training:
