@@ -336,6 +336,8 @@ def test_report_view_of_a_locked_store_is_none_not_a_crash(tmp_path, store, monk
 
 
 def test_a_locked_store_is_one_error_line_naming_what_waited(tmp_path, store, monkeypatch):
+    """Another process holds the write lock: `history list` still reads (WAL), and
+    `history add` gives up with one line saying it waited to write, and how long."""
     import sqlite3
 
     import mlbaseline.history.store as st
@@ -345,11 +347,13 @@ def test_a_locked_store_is_one_error_line_naming_what_waited(tmp_path, store, mo
     holder = sqlite3.connect(store, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")
-        res = mlb("history", "list")
+        listed = mlb("history", "list")
+        added = mlb("history", "add", write(synthetic(5, created_at=stamp(5)), tmp_path / "5.json"))
     finally:
         holder.close()
-    assert res.exit_code == 2 and flat(res.stderr) == (
-        f"Error: {store}: gave up reading after waiting 0.2 s: "
+    assert listed.exit_code == 0, listed.stderr
+    assert added.exit_code == 2 and flat(added.stderr) == (
+        f"Error: {store}: gave up writing after waiting 0.2 s: "
         "the store is locked by another process"
     )
 

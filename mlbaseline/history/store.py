@@ -1,7 +1,8 @@
 """The history store: one implementation on SQLAlchemy Core for both places a history lives.
 
 - **Embedded** (default): an SQLite file (stdlib `sqlite3` underneath), in WAL mode with a busy
-  timeout, every write in `BEGIN IMMEDIATE` so that parallel writers queue instead of failing.
+  timeout, every write in `BEGIN IMMEDIATE` so that parallel writers queue instead of failing,
+  every read in a plain (deferred) `BEGIN`, so that reads go on while a writer holds the lock.
 - **Team**: PostgreSQL through a `postgresql://` URL (driver `psycopg` 3), so CI runners on
   several machines share one history. Migrations take an advisory lock there.
 
@@ -36,6 +37,8 @@ from mlbaseline.results import utc_now
 DEFAULT_PATH = Path("mlb-results") / "history.sqlite"
 ENV = "MLB_HISTORY"
 BUSY_TIMEOUT_S = 30.0
+# execution option that marks a transaction as a write (BEGIN IMMEDIATE on SQLite)
+WRITE_OPTION = "mlb_write"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PG_LOCK = 0x6D6C62  # "mlb": the advisory lock migrations take on PostgreSQL
 
@@ -156,9 +159,11 @@ def _sqlite_engine(path: Path) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        # take the write lock up front: two writers queue on the busy timeout instead of one
-        # failing with "database is locked" when it upgrades a read lock
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a write takes the write lock up front: two writers queue on the busy timeout instead
+        # of one failing with "database is locked" when it upgrades a read lock. A read begins
+        # deferred, so in WAL mode it reads the last commit while a writer holds the lock.
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -216,6 +221,10 @@ class Store:
         self.location = location
         self.dialect = engine.dialect.name
 
+    def _writing(self) -> Any:
+        """A transaction that writes: `BEGIN IMMEDIATE` on SQLite (see `_sqlite_engine`)."""
+        return self.engine.execution_options(**{WRITE_OPTION: True}).begin()
+
     # ------------------------------------------------------------ schema
 
     def version(self) -> int | None:
@@ -239,7 +248,7 @@ class Store:
         """Apply the migrations not yet applied (up to `upto`), in one transaction; refuse a
         store from a newer mlb. Returns the version now in force."""
         where = display(self.location)
-        with _translated(where, "writing"), self.engine.begin() as conn:
+        with _translated(where, "writing"), self._writing() as conn:
             if self.dialect == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK})
             current = self._version(conn)
@@ -265,7 +274,7 @@ class Store:
     def add(self, rec: Record) -> tuple[int, bool]:
         """Store `rec`; (its id, True) — or (the id already stored, False) for a file whose
         SHA-256 is already recorded (recording is idempotent)."""
-        with _translated(display(self.location), "writing"), self.engine.begin() as conn:
+        with _translated(display(self.location), "writing"), self._writing() as conn:
             found = conn.execute(
                 sa.select(sc.results.c.id).where(sc.results.c.sha256 == rec.sha256)
             ).scalar()
@@ -283,7 +292,7 @@ class Store:
 
     def remove(self, result_id: int) -> bool:
         """Delete one record with its metrics and document; False when there is no such id."""
-        with _translated(display(self.location), "writing"), self.engine.begin() as conn:
+        with _translated(display(self.location), "writing"), self._writing() as conn:
             for table in (sc.metrics, sc.documents):
                 conn.execute(table.delete().where(table.c.result_id == result_id))
             gone = conn.execute(sc.results.delete().where(sc.results.c.id == result_id))
