@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from bench_common import BENCH, Row, cv, pct, run_child, secs, spread
-from repro_model import LEDGER, append_run, cost_model_row, load_ledger, pooled_row
+from repro_model import LEDGER, append_run, cost_model_row, load_ledger, machines, pooled_row
 
 ROUNDS = int(os.environ.get("MLB_BENCH_REPRO_ROUNDS", "5"))
 BATCH = 16
@@ -165,5 +165,11 @@ def repro() -> list[Row]:
     if ROUNDS >= 5:  # a full run goes on record; fewer rounds (a quick look) do not
         append_run(res, LEDGER)
     entries = load_ledger(LEDGER)
-    rows += [pooled_row(entries, ref) for ref in TOOLS if ref != "mlb"]
+    # every machine class on record, each pooled on its own (this one's first when it has runs)
+    rows += [
+        pooled_row(entries, ref, machine)
+        for machine in machines(entries)
+        for ref in TOOLS
+        if ref != "mlb"
+    ]
     return rows

@@ -14,6 +14,8 @@ best figure and the evidence why"):
 2. **Ledger** (`bench/repro_ledger.json`): every full `repro` run's figures per tool, kept across
    days, so that "no worse than pyperf" is judged on the pooled within-run variance of all runs
    with the same mlb defaults (an F-test from scipy.stats) rather than on one run's five draws.
+   Each entry names its machine, and runs are pooled per machine class: the promise is "same
+   machine class", and two VM classes' noise need not be alike.
 """
 
 from __future__ import annotations
@@ -28,11 +30,18 @@ import numpy as np
 from bench_common import BENCH, Row, pct, secs
 from scipy import stats
 
+from mlbaseline.envinfo import cpu_model, usable_cpus
+
 LEDGER = BENCH / "repro_ledger.json"
 TARGET = 0.03  # max/min − 1 over the five invocations
 INVOCATIONS = 5
 # the mlb defaults a ledger entry was measured with: only entries with today's label are pooled
 DEFAULTS = "repeats auto: >= 5 replicates, 60 s budget (demo profile)"
+UNKNOWN = "machine not recorded"
+
+
+def this_machine() -> str:
+    return f"{cpu_model()}, {usable_cpus()} usable CPUs"
 
 
 def spread_probability(sd: float, n: int = INVOCATIONS, target: float = TARGET) -> float:
@@ -125,6 +134,7 @@ def append_run(res: dict[str, list[dict[str, Any]]], path: Path = LEDGER) -> Non
     entries.append(
         {
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": this_machine(),
             "mlb_defaults": DEFAULTS,
             "medians_ms": {k: [round(r["median"] * 1e3, 2) for r in v] for k, v in res.items()},
             "wall_s": {
@@ -144,13 +154,25 @@ def pooled_variance(runs: list[list[float]]) -> tuple[float, int]:
     return ss / dof, dof
 
 
-def pooled_row(entries: list[dict[str, Any]], reference: str = "pyperf") -> Row:
-    """Is mlb's spread worse than the reference's, over every ledger run with today's defaults?
-    Met only when mlb's pooled sd is no larger; the one-sided F-test (scipy.stats) says how far
-    the runs on record can tell the two apart, beside it, not instead of it."""
-    same = [e for e in entries if e.get("mlb_defaults") == DEFAULTS]
-    runs = [e["medians_ms"] for e in same if {"mlb", reference} <= set(e["medians_ms"])]
-    figure = f"mlb vs {reference}, pooled over the runs on record (bench/repro_ledger.json)"
+def machines(entries: list[dict[str, Any]]) -> list[str]:
+    """The machines on record, in the order they first appear."""
+    return list(dict.fromkeys(e.get("machine", UNKNOWN) for e in entries))
+
+
+def pooled_row(entries: list[dict[str, Any]], reference: str, machine: str) -> Row:
+    """Is mlb's spread worse than the reference's, over every ledger run on this machine class
+    with today's defaults (the promise is per machine class)? Met only when mlb's pooled sd is
+    no larger; the one-sided F-test (scipy.stats) says how far the runs on record can tell the
+    two apart, beside it, not instead of it."""
+    same = [
+        e
+        for e in entries
+        if e.get("mlb_defaults") == DEFAULTS
+        and e.get("machine", UNKNOWN) == machine
+        and {"mlb", reference} <= set(e["medians_ms"])
+    ]
+    runs = [e["medians_ms"] for e in same]
+    figure = f"mlb vs {reference} on {machine}, pooled over the runs on record (repro_ledger.json)"
     if len(runs) < 2:
         return Row("repro", figure, f"{len(runs)} run(s) on record", "shown", None)
     v_mlb, d_mlb = pooled_variance([r["mlb"] for r in runs])

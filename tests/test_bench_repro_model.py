@@ -40,18 +40,34 @@ def test_cost_model_row_says_when_no_budget_can_reach_the_target():
     assert "no noise components" in rm.cost_model_row([{"median": 0.1}], None).value
 
 
-def _entry(mlb, ref, defaults=rm.DEFAULTS):
-    return {"when": "t", "mlb_defaults": defaults, "medians_ms": {"mlb": mlb, "pyperf": ref}}
+def _entry(mlb, ref, defaults=rm.DEFAULTS, machine="m1"):
+    return {
+        "when": "t",
+        "machine": machine,
+        "mlb_defaults": defaults,
+        "medians_ms": {"mlb": mlb, "pyperf": ref},
+    }
 
 
 def test_pooled_row_is_met_only_when_mlb_is_no_noisier():
     quiet, loud = [100, 101, 100.5, 99.5, 100], [100, 104, 97, 102, 99]
-    assert rm.pooled_row([_entry(quiet, loud), _entry(quiet, loud)]).met is True
-    worse = rm.pooled_row([_entry(loud, quiet), _entry(loud, quiet)])
+    assert rm.pooled_row([_entry(quiet, loud), _entry(quiet, loud)], "pyperf", "m1").met is True
+    worse = rm.pooled_row([_entry(loud, quiet), _entry(loud, quiet)], "pyperf", "m1")
     assert worse.met is False and "one-sided p = 0.0" in worse.value
     # runs with other mlb defaults are not pooled; one run is not a comparison
-    other = rm.pooled_row([_entry(loud, quiet), _entry(quiet, loud, defaults="old")])
+    other = rm.pooled_row(
+        [_entry(loud, quiet), _entry(quiet, loud, defaults="old")], "pyperf", "m1"
+    )
     assert other.met is None and "1 run(s)" in other.value
+
+
+def test_pooled_rows_keep_machine_classes_apart():
+    quiet, loud = [100, 101, 100.5, 99.5, 100], [100, 104, 97, 102, 99]
+    entries = [_entry(quiet, loud), _entry(quiet, loud), _entry(loud, quiet, machine="m2")]
+    assert rm.machines(entries) == ["m1", "m2"]
+    assert rm.pooled_row(entries, "pyperf", "m1").met is True  # m2's loud run is not in it
+    on_m2 = rm.pooled_row(entries, "pyperf", "m2")
+    assert on_m2.met is None and "on m2" in on_m2.figure and "1 run(s)" in on_m2.value
 
 
 def test_append_run_keeps_earlier_entries(tmp_path):
@@ -62,3 +78,4 @@ def test_append_run_keeps_earlier_entries(tmp_path):
     entries = rm.load_ledger(path)
     assert len(entries) == 2 and entries[1]["medians_ms"] == {"mlb": [100.0], "pyperf": [200.0]}
     assert entries[1]["mlb_defaults"] == rm.DEFAULTS and not (tmp_path / "ledger.tmp").exists()
+    assert entries[1]["machine"] == rm.this_machine()
