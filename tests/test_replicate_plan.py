@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlbaseline import stats
-from mlbaseline.runners.replicate_plan import MIN_AUTO, Plan, decide, message
+from mlbaseline.runners.replicate_plan import MIN_AUTO, Plan, budget_for, decide, message
 
 PLAN = Plan(min_k=MIN_AUTO, max_k=10, target=0.015, budget_s=100.0)
 
@@ -40,6 +40,24 @@ def test_budget_stops_before_overrunning_it() -> None:
     d = decide(noisy, [30.0] * 3, PLAN)
     assert d.stop == "budget"
     assert "time budget 100 s" in message(d, 3, PLAN) and f"~{d.needed}" in message(d, 3, PLAN)
+
+
+def test_too_few_replicates_for_the_count_say_what_budget_fits_the_minimum() -> None:
+    """A budget that stops auto below MIN_AUTO: the advised count is a rough figure, and the
+    budget the line names does fit MIN_AUTO replicates under the same budget rule."""
+    walls = [23.4, 16.7]  # the demo on a slow VM: 2 replicates in 60 s
+    plan = Plan(min_k=MIN_AUTO, max_k=10, target=0.015, budget_s=60.0)
+    d = decide({"train.bs16.step": _medians(0.10, 2)}, walls, plan)
+    assert d.stop == "budget"
+    text = message(d, 2, plan, walls)
+    budget = budget_for(MIN_AUTO, walls, plan)
+    assert f"a rough figure from 2: about {budget} s" in text and f"fits the {MIN_AUTO}" in text
+    bigger = Plan(min_k=MIN_AUTO, max_k=10, target=0.015, budget_s=float(budget))
+    mean = float(np.mean(walls))
+    for k in range(2, MIN_AUTO):  # each further replicate at the mean wall still fits
+        assert decide({"m": _medians(0.10, k)}, [*walls, *[mean] * (k - 2)], bigger).stop is None
+    # at or above the minimum the count is the figure itself
+    assert "rough" not in message(d, MIN_AUTO, plan, [10.0] * MIN_AUTO)
 
 
 def test_cap_stops() -> None:

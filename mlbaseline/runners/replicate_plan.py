@@ -16,6 +16,7 @@ user would need for the target when the budget stopped it first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,13 @@ def decide(
     return Decision(None, hw, worst, needed)
 
 
-def message(decision: Decision, k: int, plan: Plan) -> str:
+def budget_for(k: int, walls_s: Sequence[float], plan: Plan) -> int:
+    """A budget (s) in which `k` replicates at the mean wall so far pass the budget rule of
+    `decide`, with a tenth to spare for a slower replicate."""
+    return math.ceil(1.1 * k * float(np.mean(walls_s))) if walls_s else math.ceil(plan.budget_s)
+
+
+def message(decision: Decision, k: int, plan: Plan, walls_s: Sequence[float] = ()) -> str:
     """One line for the result and the terminal."""
     hw = "n/a" if decision.half_width is None else f"±{decision.half_width * 100:.1f}%"
     if decision.stop == "target":
@@ -127,6 +134,13 @@ def message(decision: Decision, k: int, plan: Plan) -> str:
             f"(target ±{plan.target * 100:.1f}%; another sitting may differ more: bench repro)"
         )
     need = f"; the target needs ~{decision.needed}" if decision.needed else ""
+    if decision.stop == "budget" and k < plan.min_k and walls_s:
+        # the spread of fewer than min_k replicates has too few degrees of freedom for the
+        # count to be more than a rough figure: say so, and what budget fits min_k
+        need += (
+            f" (a rough figure from {k}: about {budget_for(plan.min_k, walls_s, plan)} s of "
+            f"throughput.replicates_budget_s fits the {plan.min_k} that auto starts from)"
+        )
     why = {"budget": f"time budget {plan.budget_s:.0f} s", "max": f"max_repeats {plan.max_k}"}
     reason = why.get(decision.stop or "", decision.stop or "")
     return (
@@ -139,6 +153,7 @@ __all__ = [
     "MIN_AUTO",
     "Decision",
     "Plan",
+    "budget_for",
     "decide",
     "message",
     "plan_for",

@@ -634,7 +634,7 @@ def _enough(result: Result, plan: Plan, children: list[Result], walls: list[floa
     decision = decide(total_medians(children), walls, plan)
     if decision.stop is None:
         return False
-    text = message(decision, len(children), plan)
+    text = message(decision, len(children), plan, walls)
     result.data["replicate_plan"] = {
         **decision.to_dict(),
         "replicates": len(children),
