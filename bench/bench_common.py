@@ -32,6 +32,14 @@ class Row:
         return {True: "met", False: "MISSED", None: "info"}[self.met]
 
 
+def machine_class() -> str:
+    """The CPU and its usable count: the "machine class" the reproducibility promise is about
+    (the bench header adds RAM and the OS; the repro ledger pools runs by this string)."""
+    from mlbaseline.envinfo import cpu_model, usable_cpus
+
+    return f"{cpu_model()}, {usable_cpus()} usable CPUs"
+
+
 def child_env() -> dict[str, str]:
     """The environment of a fresh child: ours, with the repository and bench/ importable."""
     env = dict(os.environ)

@@ -165,7 +165,7 @@ def repro() -> list[Row]:
     if ROUNDS >= 5:  # a full run goes on record; fewer rounds (a quick look) do not
         append_run(res, LEDGER)
     entries = load_ledger(LEDGER)
-    # every machine class on record, each pooled on its own (this one's first when it has runs)
+    # every machine class on record, each pooled on its own, in the order they first ran
     rows += [
         pooled_row(entries, ref, machine)
         for machine in machines(entries)

@@ -27,10 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import BENCH, Row, pct, secs
+from bench_common import BENCH, Row, machine_class, pct, secs
 from scipy import stats
-
-from mlbaseline.envinfo import cpu_model, usable_cpus
 
 LEDGER = BENCH / "repro_ledger.json"
 TARGET = 0.03  # max/min − 1 over the five invocations
@@ -38,10 +36,6 @@ INVOCATIONS = 5
 # the mlb defaults a ledger entry was measured with: only entries with today's label are pooled
 DEFAULTS = "repeats auto: >= 5 replicates, 60 s budget (demo profile)"
 UNKNOWN = "machine not recorded"
-
-
-def this_machine() -> str:
-    return f"{cpu_model()}, {usable_cpus()} usable CPUs"
 
 
 def spread_probability(sd: float, n: int = INVOCATIONS, target: float = TARGET) -> float:
@@ -134,7 +128,7 @@ def append_run(res: dict[str, list[dict[str, Any]]], path: Path = LEDGER) -> Non
     entries.append(
         {
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": this_machine(),
+            "machine": machine_class(),
             "mlb_defaults": DEFAULTS,
             "medians_ms": {k: [round(r["median"] * 1e3, 2) for r in v] for k, v in res.items()},
             "wall_s": {

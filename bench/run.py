@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_common import Row  # noqa: E402  (bench/ is on sys.path only from here on)
+from bench_common import Row, machine_class  # noqa: E402  (bench/ is on sys.path only from here on)
 
 __all__ = ["Row", "machine", "render", "sections"]
 
@@ -31,11 +31,9 @@ __all__ = ["Row", "machine", "render", "sections"]
 def machine() -> str:
     import psutil
 
-    from mlbaseline.envinfo import cpu_model, usable_cpus
-
     ram = psutil.virtual_memory().total / 2**30
     return (
-        f"{cpu_model()}, {usable_cpus()} usable CPUs, {ram:.0f} GiB RAM, "
+        f"{machine_class()}, {ram:.0f} GiB RAM, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
     )
 

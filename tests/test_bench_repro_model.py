@@ -78,4 +78,4 @@ def test_append_run_keeps_earlier_entries(tmp_path):
     entries = rm.load_ledger(path)
     assert len(entries) == 2 and entries[1]["medians_ms"] == {"mlb": [100.0], "pyperf": [200.0]}
     assert entries[1]["mlb_defaults"] == rm.DEFAULTS and not (tmp_path / "ledger.tmp").exists()
-    assert entries[1]["machine"] == rm.this_machine()
+    assert entries[1]["machine"] == rm.machine_class()

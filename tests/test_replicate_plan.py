@@ -50,7 +50,7 @@ def test_too_few_replicates_for_the_count_say_what_budget_fits_the_minimum() -> 
     d = decide({"train.bs16.step": _medians(0.10, 2)}, walls, plan)
     assert d.stop == "budget"
     text = message(d, 2, plan, walls)
-    budget = budget_for(MIN_AUTO, walls, plan)
+    budget = budget_for(MIN_AUTO, walls)
     assert f"a rough figure from 2: about {budget} s" in text and f"fits the {MIN_AUTO}" in text
     bigger = Plan(min_k=MIN_AUTO, max_k=10, target=0.015, budget_s=float(budget))
     mean = float(np.mean(walls))

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,7 +221,7 @@ class Store:
         self.location = location
         self.dialect = engine.dialect.name
 
-    def _writing(self) -> Any:
+    def _writing(self) -> AbstractContextManager[Connection]:
         """A transaction that writes: `BEGIN IMMEDIATE` on SQLite (see `_sqlite_engine`)."""
         return self.engine.execution_options(**{WRITE_OPTION: True}).begin()
 

@@ -119,10 +119,10 @@ def decide(
     return Decision(None, hw, worst, needed)
 
 
-def budget_for(k: int, walls_s: Sequence[float], plan: Plan) -> int:
-    """A budget (s) in which `k` replicates at the mean wall so far pass the budget rule of
-    `decide`, with a tenth to spare for a slower replicate."""
-    return math.ceil(1.1 * k * float(np.mean(walls_s))) if walls_s else math.ceil(plan.budget_s)
+def budget_for(k: int, walls_s: Sequence[float]) -> int:
+    """A budget (s) in which `k` replicates at the mean wall so far (non-empty) pass the budget
+    rule of `decide`, with a tenth to spare for a slower replicate."""
+    return math.ceil(1.1 * k * float(np.mean(walls_s)))
 
 
 def message(decision: Decision, k: int, plan: Plan, walls_s: Sequence[float] = ()) -> str:
@@ -138,7 +138,7 @@ def message(decision: Decision, k: int, plan: Plan, walls_s: Sequence[float] = (
         # the spread of fewer than min_k replicates has too few degrees of freedom for the
         # count to be more than a rough figure: say so, and what budget fits min_k
         need += (
-            f" (a rough figure from {k}: about {budget_for(plan.min_k, walls_s, plan)} s of "
+            f" (a rough figure from {k}: about {budget_for(plan.min_k, walls_s)} s of "
             f"throughput.replicates_budget_s fits the {plan.min_k} that auto starts from)"
         )
     why = {"budget": f"time budget {plan.budget_s:.0f} s", "max": f"max_repeats {plan.max_k}"}
