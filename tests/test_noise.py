@@ -50,20 +50,26 @@ def test_components_need_two_processes_and_drop_bad_values():
         noise.components([1.0, 2.0], [0])
 
 
-def test_relative_mde_is_the_core_formula_on_logs():
+def test_relative_mde_is_the_t_test_compare_runs():
+    """expm1((t_{1-a/2} + t_power)·se) with the pooled-variance dof; with a threshold, the CI
+    must clear it too (decision.detectable_change)."""
     got = noise.relative_mde(0.1, 5, 0.1, 5, 0.05)
-    z = stats.z_value(0.95) + float(stats._sps().norm.ppf(0.8))
+    t = stats._sps().t
+    z = t.ppf(0.975, 8) + t.ppf(0.8, 8)
     assert got == pytest.approx(math.expm1(z * 0.1 * math.sqrt(2 / 5)))
     assert noise.relative_mde(0.1, 20, 0.1, 20, 0.05) < got  # more processes, smaller MDE
+    assert noise.relative_mde(0.1, 5, 0.1, 5, 0.05, threshold=0.03) > got
+    assert noise.relative_mde(0.1, 1, 0.1, 1, 0.05) == math.inf  # nothing measures the spread
 
 
-def test_replicates_for_mde_can_pass_both_gates():
-    for sd, target, k in [(0.05, 0.03, 8), (0.2, 0.03, 8), (0.01, 0.03, 1), (0.1, 0.2, 3)]:
-        n = noise.replicates_for_mde(sd, target, k, 0.05)
-        assert noise.relative_mde(sd, n, sd, n, 0.05 / k) <= target
-        assert noise.min_mann_whitney_p(n, n) < 0.05 / k
-        if n > noise.replicates_reachable(k, 0.05, 2):
-            assert noise.relative_mde(sd, n - 1, sd, n - 1, 0.05 / k) > target
+def test_replicates_for_mde_is_the_fewest_that_meets_the_target():
+    for sd, target, k in [(0.05, 0.06, 8), (0.2, 0.1, 8), (0.01, 0.06, 1), (0.1, 0.2, 3)]:
+        n = noise.replicates_for_mde(sd, target, 0.05 / k, threshold=0.03)
+        assert noise.relative_mde(sd, n, sd, n, 0.05 / k, threshold=0.03) <= target
+        if n > 2:
+            assert noise.relative_mde(sd, n - 1, sd, n - 1, 0.05 / k, threshold=0.03) > target
+    # a target at the threshold itself can never be met (the CI must clear it): the cap
+    assert noise.replicates_for_mde(0.05, 0.03, 0.05, threshold=0.03) == noise.MAX_REPLICATES
 
 
 def _result(rng, processes, between=0.1, within=0.03):
@@ -83,26 +89,30 @@ def test_result_noise_states_the_mde_compare_will_use():
     doc = result_noise(a, CFG)
     assert set(doc) == {"train.bs8.step", "train.bs8.backward"}  # residuals are not judged
     rec = doc["train.bs8.backward"]
-    assert rec["metrics_judged"] == 2 and rec["holm_reachable"] and rec["processes"] == 8
+    # gatekeeping: the step is its own family, the stages after it another (k = 1 each here)
+    assert rec["metrics_judged"] == 1 and rec["decidable"] and rec["processes"] == 8
     sd = rec["process_sd"]
-    # at alpha/k: a change in one stage alone must pass Holm's first step over the k metrics
-    assert rec["mde"] == pytest.approx(noise.relative_mde(sd, 8, sd, 8, CFG.alpha / 2))
+    assert rec["mde"] == pytest.approx(noise.relative_mde(sd, 8, sd, 8, CFG.alpha, threshold=0.03))
     # compare of two such results states its MDE by the same formula from both sides' noise
     c = cmp.compare_results(a, b, CFG)
     m = {x.name: x for x in c.metrics}["train.bs8.backward"]
     sd_b = result_noise(b, CFG)["train.bs8.backward"]["process_sd"]
-    assert m.mde == pytest.approx(noise.relative_mde(sd, 8, sd_b, 8, CFG.alpha / 2))
+    # (rel: compare logs each process's median, components take the median of the logs)
+    expected = noise.relative_mde(sd, 8, sd_b, 8, CFG.alpha, threshold=0.03)
+    assert m.mde == pytest.approx(expected, rel=1e-4)
     sides = m.level["noise_components"]
     assert sides["old"]["process_sd"] == pytest.approx(sd)
     assert result_noise(_result(rng, 1), CFG) == {}
 
 
-def test_holm_reachable_is_false_where_five_replicates_cannot_pass_eight_metrics():
+def test_summary_advice_is_a_count_that_decides_and_meets_its_target():
     rng = np.random.default_rng(4)
     values, ids = replicated(rng, 5, 10, 0.05, 0.02)
     rec = noise.summary(values, ids.tolist(), alpha=0.05, k=8, threshold=0.03)
-    assert rec is not None and not rec["holm_reachable"] and rec["replicates_for_holm"] == 6
-    assert rec["replicates_for_threshold"] >= noise.replicates_reachable(8, 0.05)
+    assert rec is not None and rec["decidable"] and rec["replicates_to_decide"] == 2
+    assert rec["target"] == 0.06
+    n, sd = rec["replicates_for_target"], rec["process_sd"]
+    assert noise.relative_mde(sd, n, sd, n, 0.05 / 8, threshold=0.03) <= 0.06
 
 
 def test_throughput_output_shows_the_mde_per_stage_compactly():
@@ -139,20 +149,24 @@ def test_the_control_kernel_is_not_counted_among_the_judged_metrics():
     kernel.sample()
     r.add_metric(kernel.metric())
     assert judged_names(r) == ["train.bs8.step", "train.bs8.backward"]
-    assert result_noise(r, CFG)["train.bs8.step"]["metrics_judged"] == 2
+    assert result_noise(r, CFG)["train.bs8.step"]["metrics_judged"] == 1  # the totals
 
 
-def test_replicates_for_mde_is_the_fewest_count_that_meets_the_target():
+def test_replicates_for_mde_bisection_matches_stepping():
     """Bisection gives the same count as stepping up one by one (the definition)."""
     from mlbaseline.stats import noise as sn
 
-    def stepping(sd: float, target: float, k: int) -> int:
-        n = sn.replicates_reachable(k, 0.05, 2)
-        while n < sn.MAX_REPLICATES and sn.relative_mde(sd, n, sd, n, 0.05 / k) > target:
+    def stepping(sd: float, target: float, alpha: float) -> int:
+        n = 2
+        while (
+            n < sn.MAX_REPLICATES and sn.relative_mde(sd, n, sd, n, alpha, threshold=0.03) > target
+        ):
             n += 1
         return n
 
-    for sd in (0.0, 0.002, 0.02, 0.1, 0.4):
-        for target in (0.01, 0.05):
+    for sd in (0.0, 0.002, 0.02, 0.1):
+        for target in (0.04, 0.08):
             for k in (1, 8):
-                assert sn.replicates_for_mde(sd, target, k, 0.05) == stepping(sd, target, k)
+                alpha = 0.05 / k
+                got = sn.replicates_for_mde(sd, target, alpha, threshold=0.03)
+                assert got == stepping(sd, target, alpha)

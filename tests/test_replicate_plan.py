@@ -83,10 +83,12 @@ def test_advised_count_passes_its_own_gate() -> None:
             assert stats.relative_t_half_width(cv, k - 1, PLAN.confidence) > PLAN.target
 
 
-def test_first_replicate_always_runs_even_past_the_budget() -> None:
-    d = decide({"m": [1.0]}, [500.0], PLAN)  # one replicate, already past the budget
-    assert d.stop == "budget"
+def test_replicates_run_up_to_what_a_comparison_can_judge_even_past_the_budget() -> None:
+    """One replicate could never be judged (insufficient data): the second runs even past the
+    budget, and only then does the budget stop auto."""
     assert decide({}, [], PLAN).stop is None
+    assert decide({"m": [1.0]}, [500.0], PLAN).stop is None  # past the budget: one more
+    assert decide({"m": [1.0, 1.1]}, [500.0, 500.0], PLAN).stop == "budget"
 
 
 def test_repeats_option_is_spelled_and_checked_alike_in_run_and_throughput() -> None:

@@ -17,6 +17,18 @@ from mlbaseline.report import comparison as cmp
 from mlbaseline.results import Result, atomic_write_text
 from mlbaseline.runners.compare_files import run_compare
 
+# --allow KEY, one spelling and help for `mlb compare`, `mlb history gate`, `mlb report --compare`
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        metavar="KEY",
+        help="Compare although this blocking key differs (repeatable), e.g. --allow image_size "
+        "for workload.image_size; listed as an allowed difference, verdicts not marked.",
+        show_default=False,
+    ),
+]
+
 
 class FailOn(StrEnum):
     regressed = "regressed"
@@ -24,7 +36,17 @@ class FailOn(StrEnum):
     never = "never"
 
 
-_STYLE = {"regressed": "red", "improved": "green", "unchanged": "", "inconclusive": "yellow"}
+_STYLE = {
+    "regressed": "red",
+    "improved": "green",
+    "unchanged": "",
+    "inconclusive": "yellow",
+    "insufficient data": "yellow",
+}
+CAPTION = (
+    "p: per-process figures, t on logs; step first, then its stages (Holm); "
+    "MDE: smallest change seen"
+)
 
 
 def _prefix(metric: dict[str, Any]) -> str:
@@ -48,11 +70,11 @@ def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
     no cell wraps or is cut (reasons go to `notes`)."""
     conf = round(100 * doc["settings"]["confidence"])
     title = f"{doc['old']['label']} → {doc['new']['label']}"
-    table = compact_table(
-        title, caption="p: two-sided Mann-Whitney U, Holm-adjusted; MDE: min. detectable effect"
-    )
+    table = compact_table(title, caption=CAPTION)
     table.add_column("metric", no_wrap=True)  # never cut: a truncated name is useless
-    for header in ("old", "new", "Δ%", f"{conf}% CI", "p", "MDE"):
+    adjusted = cmp.drift_adjusted(doc)  # then the adjusted Δ gets its own column (‡)
+    headers = ("old", "new", "Δ%", f"{conf}% CI", *(("adj. Δ%",) if adjusted else ()), "p", "MDE")
+    for header in headers:
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     group = None
@@ -62,7 +84,9 @@ def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
             group = prefix
             table.add_row(f"[bold]{prefix}[/bold]" if prefix else "")
         name = m["metric"][len(prefix) :] if prefix else m["metric"]
-        cells = (r["old"], r["new"], r["delta"], r["ci"], r["p"], r["mde_compact"])
+        cells = (r["old"], r["new"], r["delta"], r["ci"])
+        cells += (r["adjusted"],) if adjusted else ()
+        cells += (r["p"], r["mde_compact"])
         table.add_row(f"  {name}", *cells, _verdict_cell(r, notes))
     return table
 
@@ -83,6 +107,7 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     if ui.quiet:
         return
     notes = Notes()
+    ui.print(f"[bold]{escape(cmp.headline_text(doc))}[/bold]")
     ui.print(_metric_table(doc, notes))
     notes.print(ui)
     ui.print(f"[dim]{cmp.threshold_text(doc)}[/dim]")
@@ -110,9 +135,8 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     for s in doc["skipped"]:
         if s["code"] != cmp.SKIP_RESIDUAL:
             ui.print(f"[dim]not judged: {s['metric']} — {s['reason']}[/dim]")
-    info = doc["informational_differences"]
-    if info:
-        ui.print(f"[dim]informational differences: {cmp.describe_differences(info)}[/dim]")
+    for line in cmp.difference_lines(doc):
+        ui.print(f"[dim]{escape(line)}[/dim]")
     ui.print(cmp.summary_line(doc))
 
 
@@ -137,6 +161,7 @@ class CompareOptions:
             help="Compare although a blocking environment key differs; every verdict is marked.",
         ),
     ] = False
+    allow: AllowOpt = None
     threshold: Annotated[
         float | None,
         typer.Option(
@@ -164,7 +189,10 @@ def compare_command(common: CommonOptions, o: CompareOptions) -> None:
     whole bootstrap CI of the ratio of medians lies beyond the practical threshold; unchanged
     when the CI lies inside it; otherwise inconclusive (with the samples that would settle it).
     A blocking environment difference (GPU, driver, CUDA, cuDNN, torch, device, dtype, golden
-    parameters, subset hash) exits 3 unless --allow-mismatch.
+    parameters, subset hash) or workload identity (dataset, image size, sequence shape, classes,
+    batch sizes, data pipeline) exits 3 unless each key is given with --allow KEY (listed, not
+    marked) or --allow-mismatch (every key, every verdict marked). Model, loss and optimizer
+    changes are the change under test: listed on a line of their own.
 
     Exit codes: 0 the gate passed, 1 it failed (see --fail-on), 2 bad input, 3 not comparable.
 
@@ -176,7 +204,7 @@ def compare_command(common: CommonOptions, o: CompareOptions) -> None:
     }
 
     def measure(cfg: Config, ui: Ui) -> Result:
-        return run_compare(o.old, o.new, cfg, o.allow_mismatch, ui.progress).result
+        return run_compare(o.old, o.new, cfg, o.allow_mismatch, ui.progress, o.allow or ()).result
 
     def render(result: Result, ui: Ui) -> None:
         _show(result.data, ui)

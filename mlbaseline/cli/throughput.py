@@ -154,10 +154,10 @@ def noise_lines(result: Result) -> list[str]:
             f"compare of two such runs ({step['processes']} processes; "
             f"{step['between_share']:.0%} of its variance between them)"
         )
-        if not step["holm_reachable"]:
-            line += f"; no verdict is possible below --repeats {step['replicates_for_holm']}"
-        if step["mde"] > step["threshold"]:
-            line += f"; {step['threshold']:.0%} needs --repeats {step['replicates_for_threshold']}"
+        if not step["decidable"]:
+            line += f"; no verdict is possible below --repeats {step['replicates_to_decide']}"
+        if step["mde"] > step["target"]:
+            line += f"; {step['target']:.0%} needs --repeats {step['replicates_for_target']}"
         out.append(line)
         sit = step.get("sittings")
         if sit:

@@ -3,12 +3,14 @@ signature of a drift that moves every stage alike.
 
 - **Control**: both results carry the control metric (role ``control``, e.g. ``control.matmul``)
   with the same kernel and thread count. Its ratio c = median(control NEW)/median(control OLD)
-  (of the replicate medians when both sides have enough replicates) is how much the machine
-  moved; beyond the threshold it is named **common-mode drift**, and every time metric of NEW
-  is divided by c (rates multiplied) before judging, so verdicts use drift-adjusted deltas
-  (metric ratio / c); the raw ratio, CI and verdict stay beside each metric. Within the
-  threshold nothing is adjusted (the figures shown stay the measured ones). The control itself is
-  never a verdict (its own two-gate verdict is recorded).
+  (of the process figures when a side has replicates) is how much the machine moved. Only on
+  evidence — the control's own CI lies wholly beyond the threshold — is it named **common-mode
+  drift**, and every time metric of NEW divided by c (rates multiplied) before judging, so
+  verdicts use drift-adjusted deltas (metric ratio / c); the measured medians, ratio, CI and
+  verdict stay beside each metric and are what the table shows, with the adjusted change in a
+  column of its own. A control whose CI reaches into the band (a noisy control, a CI that
+  includes 1) adjusts nothing, whatever its point ratio. The control itself is never a verdict
+  (its own two-gate verdict is recorded).
 - **Signature** (with or without a control): within one group, at least 3 stages, all moved by
   one common factor f (the median of their ratios) beyond the threshold — each stage's ratio
   within max(threshold, |f−1|/4) of f, or its CI containing f — and among them a stage a change
@@ -34,11 +36,11 @@ from mlbaseline.results import Metric, Result
 
 ROLE = "control"
 METHOD = (
-    "control: NEW's time metrics divided by the control ratio (rates multiplied) when the "
-    "control moved beyond the threshold; signature: >= 3 stages of a group, data_wait or h2d "
-    "among them, all within max(threshold, |f-1|/4) of their median ratio f (or CI containing "
-    "f), |f-1| beyond the threshold, >= 3 (one of data_wait/h2d) with a CI excluding 1: its "
-    "regressed/improved verdicts held back"
+    "control: NEW's time metrics divided by the control ratio (rates multiplied) only when "
+    "the control's CI lies wholly beyond the threshold; signature: >= 3 stages of a group, "
+    "data_wait or h2d among them, all within max(threshold, |f-1|/4) of their median ratio f "
+    "(or CI containing f), |f-1| beyond the threshold, >= 3 (one of data_wait/h2d) with a CI "
+    "excluding 1: its regressed/improved verdicts held back"
 )
 SIGNATURE_MIN_STAGES = 3
 UNREACHABLE = ("data_wait", "h2d")  # stages a model/optimizer change does not touch
@@ -63,7 +65,7 @@ class ControlShift:
     verdict: str
     basis: str
     applied: bool  # the verdicts used drift-adjusted values
-    moved: bool  # |ratio - 1| beyond the threshold: common-mode drift
+    moved: bool  # its CI lies wholly beyond the threshold: common-mode drift, on evidence
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,16 +98,20 @@ def control_shift(old: Result, new: Result, cfg: CompareConfig, seed: int) -> Co
         seed=seed,
     )
     differs = [k for k in MATCH_KEYS if a.meta.get(k) != b.meta.get(k)]
-    moved = abs(row.ratio - 1.0) > cfg.threshold
+    moved = row.ci_low > 1.0 + cfg.threshold or row.ci_high < 1.0 - cfg.threshold
+    ci = f"×{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]"
     if differs:
         reason = f"not used: the control differs ({', '.join(differs)})"
     elif moved:
         reason = (
-            f"the control moved ×{row.ratio:.3f} too ({row.verdict}): common-mode drift; "
-            f"verdicts use drift-adjusted deltas (ratio / {row.ratio:.3f})"
+            f"the control moved {ci} too, its CI beyond ±{cfg.threshold:.0%}: common-mode "
+            f"drift; verdicts use drift-adjusted deltas (ratio / {row.ratio:.3f})"
         )
     else:
-        reason = f"the control moved ×{row.ratio:.3f}, within ±{cfg.threshold:.0%}: no adjustment"
+        reason = (
+            f"the control moved {ci}, its CI not wholly beyond ±{cfg.threshold:.0%}: "
+            "no evidence of drift, nothing adjusted"
+        )
     applied = moved and not differs
     return ControlShift(
         a.name, row.ratio, (row.ci_low, row.ci_high), row.verdict, pair.basis, applied, moved,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -25,18 +25,11 @@ from mlbaseline.comparison.matching import (
     environment_differences,
     pair_samples,
     skip_reason,
+    split_allowed,
     threshold_for,
 )
 from mlbaseline.comparison.model import ATTRIBUTION_METHOD, NAME_SHARE, Comparison, MetricResult
-from mlbaseline.comparison.noise import (
-    Level,
-    in_process_reason,
-    level_of,
-    min_mann_whitney_p,
-    repeats_advice,
-    replicates_reachable,
-    sitting_noise,
-)
+from mlbaseline.comparison.noise import gates, level_of, sitting_noise
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import NotComparableError
 from mlbaseline.progress import NullProgress, Progress
@@ -64,18 +57,19 @@ def _settings(cfg: CompareConfig, seed: int) -> dict[str, Any]:
         "min_replicates": cfg.min_replicates,
         "fail_on": cfg.fail_on,
         "seed": seed,
-        "test": "two-sided Mann-Whitney U, Holm-corrected across all judged metrics",
-        "interval": "percentile bootstrap CI of the ratio of medians new/old",
+        "test": "one figure per process (its median): Student's t on their logs, pooled "
+        f"variance (Mann-Whitney U from {stats.decision.RANK_MIN} a side); gatekeeping: each "
+        "group's total (the step) first, Holm among the totals at alpha, then its stages and "
+        "rate, Holm among them at alpha·r/m (r of m totals moved); one process a side: "
+        "insufficient data",
+        "interval": "t interval of the ratio of geometric means new/old (percentile bootstrap "
+        "CI of the ratio of medians with the rank test)",
         "attribution": ATTRIBUTION_METHOD,
         "name_share": NAME_SHARE,
-        "threshold_rule": "max(configured floor, between-process noise: CV of the replicate "
-        "medians pooled over both sides)",
-        "in_process_rule": "in-process samples never give regressed/improved unless |ratio-1| "
-        "exceeds t·noise·sqrt(1/p_old+1/p_new) of a measured between-process noise",
+        "threshold_rule": "max(configured floor, between-sitting bar from the history)",
+        "mde_rule": "the smallest change flagged with 80% power: p < alpha' and the CI beyond "
+        "the threshold (stats.decision.detectable_change)",
     }
-
-
-_min_mann_whitney_p = min_mann_whitney_p  # the name the Holm-floor warning has always used
 
 
 def compare_results(
@@ -89,6 +83,7 @@ def compare_results(
     same_input: bool = False,
     seed: int = stats.DEFAULT_SEED,
     progress: Progress | None = None,
+    allow: Sequence[str] = (),
 ) -> Comparison:
     """Compare two loaded results (see the module docstring for every rule).
 
@@ -97,10 +92,15 @@ def compare_results(
     check_thresholds(cfg)
     progress = progress or NullProgress()
     blocking, info = environment_differences(old, new)
+    # --allow KEY: a difference the user intends (the workload's image size, say) is listed,
+    # not blocking and not marking the verdicts; anything else still stops here
+    blocking, allowed = split_allowed(blocking, allow)
     if blocking and not allow_mismatch:
+        example = blocking[0]["key"].rpartition(".")[2]
         raise NotComparableError(
-            f"{old_label} and {new_label} are not comparable: blocking environment keys differ "
-            f"({describe_differences(blocking)}); use --allow-mismatch to compare anyway"
+            f"{old_label} and {new_label} are not comparable: blocking keys differ "
+            f"({describe_differences(blocking)}); --allow KEY to compare anyway (e.g. --allow "
+            f"{example}; repeat it per key), or --allow-mismatch for every key, marked"
         )
     comp = Comparison(
         old=_label(old, old_label),
@@ -109,6 +109,7 @@ def compare_results(
         settings=_settings(cfg, seed),
         blocking_differences=blocking,
         informational_differences=info,
+        allowed_differences=allowed,
         allow_mismatch=allow_mismatch,
         same_input=same_input,
     )
@@ -136,7 +137,8 @@ def _with_raw(adjusted: list[MetricResult], raw: list[MetricResult]) -> list[Met
     for m in adjusted:
         r = by_name[m.name].stat
         raw_doc = {"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high,
-                   "change": r.change, "verdict": r.verdict}  # fmt: skip
+                   "change": r.change, "verdict": r.verdict, "median_old": r.median_old,
+                   "median_new": r.median_new}  # fmt: skip
         out.append(replace(m, raw=raw_doc))
     return out
 
@@ -212,9 +214,9 @@ def _judge(
     seed: int,
     mismatch: bool,
 ) -> list[MetricResult]:
-    """Judge every metric at its level: the threshold is max(configured floor, measured
-    between-process noise, between-sitting bar); an in-process regressed/improved verdict is
-    held back to inconclusive unless it exceeds the measured noise bar (see :mod:`.noise`)."""
+    """Judge every metric on its process figures (stats.compare_samples: the t-test on logs,
+    gatekeeping from the step to its stages); the threshold is max(configured floor,
+    between-sitting bar). One process a side: insufficient data (see :mod:`.noise`)."""
     if not judged:
         return []
     levels = {
@@ -228,67 +230,45 @@ def _judge(
         )
         for name, p in judged.items()
     }
-    inputs = {
-        name: (p.old, p.new, new.measurements[name].higher_is_better) for name, p in judged.items()
-    }
+    metas = {n: new.measurements[n].meta or old.measurements[n].meta or {} for n in judged}
     stat_rows = stats.compare_samples(
-        inputs,
+        {
+            name: (p.old, p.new, new.measurements[name].higher_is_better)
+            for name, p in judged.items()
+        },
         threshold={name: lv.threshold for name, lv in levels.items()},
         alpha=cfg.alpha,
         confidence=cfg.confidence,
         n_resamples=cfg.n_resamples,
         seed=seed,
+        gate=(gate_of := gates(metas)),
+        insufficient=[n for n, p in judged.items() if p.basis == "samples"],
     )
-    repeats = repeats_advice(len(judged), cfg.alpha, cfg.min_replicates)
     out = []
     for row in stat_rows:
-        metric = new.measurements[row.metric]
-        meta = metric.meta or old.measurements[row.metric].meta or {}
         pair, level = judged[row.metric], levels[row.metric]
-        row, reason = _honest(row, level, cfg, len(judged), repeats)
-        mde = _mde(row, level, cfg, len(judged))
         out.append(
             MetricResult(
-                row, metric.unit, pair.basis, dict(meta), mismatch,
-                level.to_dict(cfg.confidence), reason, mde,
+                row, new.measurements[row.metric].unit, pair.basis, dict(metas[row.metric]),
+                mismatch, level.to_dict(cfg.confidence), _reason(row, gate_of, cfg), row.mde,
             )
         )  # fmt: skip
     return out
 
 
-def _honest(
-    row: stats.MetricComparison, level: Level, cfg: CompareConfig, k: int, repeats: int
-) -> tuple[stats.MetricComparison, str | None]:
-    """(the row, why it was held back): in-process regressed/improved without measured noise
-    beyond it becomes inconclusive; every count recommended can reach alpha/k."""
-    reason = None
-    if level.basis == "samples" and row.verdict in ("regressed", "improved"):
-        reason = in_process_reason(level, row.change, cfg.confidence, repeats)
-        if reason is not None:
-            row = replace(row, verdict="inconclusive", mde=None, samples_needed=None)
-    if row.samples_needed is not None:
-        reachable = replicates_reachable(k, cfg.alpha, row.samples_needed)
-        row = replace(row, samples_needed=reachable)
-    return row, reason
-
-
-def _mde(row: stats.MetricComparison, level: Level, cfg: CompareConfig, k: int) -> float | None:
-    """Minimum detectable effect (fraction of median_old) at the level judged: for replicates,
-    from both sides' process-level noise at alpha/k, Holm's first step over the k judged
-    metrics (stats.noise.relative_mde, the figure a throughput result states for itself);
-    else from the bootstrap standard errors of the two medians (as the verdicts' own MDE),
-    never below the between-process noise bar, and None when that was not measured."""
-    if row.median_old <= 0:
-        return None
-    by_process = level.replicate_mde(cfg.alpha / k) if level.basis == "replicates" else None
-    if by_process is not None:
-        return by_process
-    # the verdict's own figure (an inconclusive row's mde), from the standard errors it carries
-    mde = stats.median_mde(row, cfg.alpha)
-    if level.basis == "replicates":
-        return mde
-    bar = level.noise_bar(cfg.confidence)
-    return None if bar is None else max(mde, bar)
+def _reason(
+    row: stats.MetricComparison, gate_of: Mapping[str, str | None], cfg: CompareConfig
+) -> str | None:
+    """Why a metric has no verdict of its own: one process a side, or its total did not move."""
+    if row.verdict == stats.INSUFFICIENT:
+        need = max(cfg.min_replicates, stats.decision.min_decidable())
+        return (
+            "one process a side: nothing measured the noise between processes "
+            f"(measure with --repeats {need} or more)"
+        )
+    if row.gated:
+        return f"not tested: {gate_of.get(row.metric)} did not move (the step is judged first)"
+    return None
 
 
 def _warnings(
@@ -317,8 +297,7 @@ def _warnings(
             msg = f"{label} is marked {result.status}" + (f" ({note})" if note else "")
             out.append({"code": "incomplete_input", "message": msg})
     out += _drift_warnings(comp, old, new)
-    out += _in_process_warning(comp, judged, cfg)
-    out += _holm_floor_warning(judged, cfg)
+    out += _insufficient_warning(comp, judged, cfg)
     if comp.only_old or comp.only_new:
         out.append(
             {
@@ -356,55 +335,21 @@ def _drift_warnings(comp: Comparison, old: Result, new: Result) -> list[dict[str
     return out
 
 
-def _in_process_warning(
+def _insufficient_warning(
     comp: Comparison, judged: Mapping[str, Pair], cfg: CompareConfig
 ) -> list[dict[str, Any]]:
-    in_process = [n for n, p in judged.items() if p.basis == "samples"]
-    if not in_process:
+    """One process a side: the figures are shown, no verdict is possible (never a silent pass)."""
+    names = [n for n, p in judged.items() if p.basis == "samples"]
+    if not names:
         return []
-    repeats = repeats_advice(len(judged), cfg.alpha, cfg.min_replicates)
-    held = [m.name for m in comp.metrics if m.reason]
+    need = max(cfg.min_replicates, stats.decision.min_decidable())
     return [
         {
-            "code": "in_process_samples",
-            "message": f"{len(in_process)} of {len(judged)} metrics compared on in-process "
-            f"samples (fewer than {cfg.min_replicates} process-level replicates on a side): "
-            "process-to-process noise is not covered, so they are never regressed/improved "
-            "unless the change exceeds a measured between-process noise"
-            + (f" ({len(held)} held back to inconclusive)" if held else "")
-            + f"; measure with --repeats {repeats} or more",
-            "metrics": in_process,
-            "held_back": held,
-            "repeats": repeats,
-        }
-    ]
-
-
-def _holm_floor_warning(judged: Mapping[str, Pair], cfg: CompareConfig) -> list[dict[str, Any]]:
-    """Few replicates cap how small a Mann-Whitney p can get; say when Holm makes every
-    significant verdict impossible instead of letting 'inconclusive' look like bad luck, and
-    how many per side could reach it."""
-    m = len(judged)
-    blocked = [
-        name
-        for name, p in judged.items()
-        if max(p.old.size, p.new.size) <= 30
-        and m * _min_mann_whitney_p(p.old.size, p.new.size) >= cfg.alpha
-    ]
-    if not blocked:
-        return []
-    p = judged[blocked[0]]
-    floor = _min_mann_whitney_p(p.old.size, p.new.size)
-    need = replicates_reachable(m, cfg.alpha, max(p.old.size, p.new.size) + 1)
-    unit = "replicates" if p.basis == "replicates" else "samples"
-    return [
-        {
-            "code": "holm_floor",
-            "message": f"{len(blocked)} metrics cannot reach significance: with "
-            f"{p.old.size} vs {p.new.size} values the smallest Mann-Whitney p is {floor:.2g}, "
-            f"×{m} metrics (Holm) ≥ α={cfg.alpha}; measure {need} or more {unit} per side "
-            "or compare fewer metrics",
-            "metrics": blocked,
-            "needed": need,
+            "code": "insufficient_data",
+            "message": f"{len(names)} of {len(judged)} metrics have one process a side: nothing "
+            "measured the noise between processes, so they get no verdict (insufficient data; "
+            f"--fail-on any fails on it); measure with --repeats {need} or more",
+            "metrics": names,
+            "repeats": need,
         }
     ]

@@ -11,7 +11,14 @@ import numpy as np
 
 from mlbaseline import stats
 from mlbaseline.comparison.model import SKIP_RESIDUAL
-from mlbaseline.config import WORKLOAD_OPTION_KEYS, CompareConfig, Config, flatten
+from mlbaseline.config import (
+    BLOCKING_CONFIG_KEYS,
+    WORKLOAD_OPTION_KEYS,
+    CompareConfig,
+    Config,
+    flatten,
+    workload_identity,
+)
 from mlbaseline.errors import ConfigError
 from mlbaseline.results import Metric, Result
 
@@ -22,6 +29,29 @@ _ABSENT = "(absent)"
 _OPTION_DEFAULTS = {
     k: v for k, v in flatten(Config().to_dict()).items() if k in WORKLOAD_OPTION_KEYS
 }
+# the keys envinfo.fingerprint writes besides the config's, and the node layout of a
+# multi-process run (runners.distributed): with BLOCKING_CONFIG_KEYS, what --allow may name
+HOST_BLOCKING_KEYS = (
+    "device",
+    "torch",
+    "cuda",
+    "cudnn",
+    "gpu_name",
+    "driver_major",
+    "cpu_model",
+    "subset_sha256",
+    "node_layout",
+)
+KNOWN_BLOCKING_KEYS = (*HOST_BLOCKING_KEYS, *BLOCKING_CONFIG_KEYS)
+# the change under test (DESIGN "Comparability"): informational, on a line of their own
+UNDER_TEST_KEYS = (
+    "workload.model",
+    "workload.model_kwargs",
+    "workload.loss",
+    "workload.loss_kwargs",
+    "workload.optimizer",
+    "workload.optimizer_kwargs",
+)
 
 
 def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -34,28 +64,81 @@ def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]
     return rows
 
 
-def _predated(blocking: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A result written before a workload option was a blocking key ran with its default:
-    it compares as that default, not as '(absent)' (an empty fingerprint stays empty)."""
-    out = dict(blocking or {})
+def _under(key: str, keys: Iterable[str]) -> bool:
+    """`key` is one of `keys` or a part of one's value (`workload.dataset_kwargs.root`)."""
+    return any(key == k or key.startswith(f"{k}.") for k in keys)
+
+
+def comparable_blocking(
+    environment: Mapping[str, Any] | None, config: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The blocking keys of a result as compare and the history key it. A result written
+    before a workload option was blocking ran with its default: it compares as that default,
+    not '(absent)' (an empty fingerprint stays empty). One written before the workload
+    identity was blocking gets it from its own resolved config, by the rules the fingerprint
+    uses (config.workload_identity), so an old and a new result of one workload are equal."""
+    out = dict((environment or {}).get("blocking") or {})
     if out:
         for key in WORKLOAD_OPTION_KEYS:
             out.setdefault(key, _OPTION_DEFAULTS[key])
+    for key, value in workload_identity(config or {}).items():
+        out.setdefault(key, value)
     return out
 
 
 def environment_differences(
     old: Result, new: Result
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(blocking, informational) differences as rows {key, old, new}; informational also
-    lists config values that differ, prefixed ``config.``."""
+    """(blocking, informational) differences as rows {key, old, new}. Blocking: the
+    fingerprint's blocking keys, workload identity included (:func:`comparable_blocking`);
+    informational: the informational keys and the config values that differ, prefixed
+    ``config.``, less the blocking ones (listed once, as blocking)."""
     env_old, env_new = old.environment or {}, new.environment or {}
-    blocking = _diff(_predated(env_old.get("blocking")), _predated(env_new.get("blocking")))
+    blocking = _diff(
+        comparable_blocking(env_old, old.config), comparable_blocking(env_new, new.config)
+    )
     info = _diff(env_old.get("informational") or {}, env_new.get("informational") or {})
     info += [
-        {**row, "key": f"config.{row['key']}"} for row in _diff(old.config or {}, new.config or {})
+        {**row, "key": f"config.{row['key']}"}
+        for row in _diff(old.config or {}, new.config or {})
+        if not _under(row["key"], BLOCKING_CONFIG_KEYS)
     ]
     return blocking, info
+
+
+def _names(key: str, blocking_key: str) -> bool:
+    """--allow KEY names `blocking_key` exactly or by its last dotted part."""
+    return key == blocking_key or key == blocking_key.rpartition(".")[2]
+
+
+def split_allowed(
+    blocking_rows: Iterable[Mapping[str, Any]], allow: Sequence[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(still blocking, allowed) rows. A KEY of `allow` (--allow KEY) names a blocking key
+    exactly or by its last dotted part (`image_size` → `workload.image_size`); a row of a
+    nested value (`node_layout.nnodes`) belongs to its key too. A KEY that names no blocking
+    key at all is a ConfigError (exit 2): a typo must not let a difference through unseen."""
+    rows = [dict(r) for r in blocking_rows]
+    known = list(dict.fromkeys([*KNOWN_BLOCKING_KEYS, *(r["key"] for r in rows)]))
+    for key in allow:
+        if not any(_names(key, k) for k in known):
+            raise ConfigError(
+                f"--allow {key}: not a blocking key; known: {', '.join(KNOWN_BLOCKING_KEYS)}"
+            )
+    kept: list[dict[str, Any]] = []
+    allowed: list[dict[str, Any]] = []
+    for row in rows:
+        owners = [k for k in known if _under(row["key"], [k])]
+        hit = any(_names(key, k) for key in allow for k in owners)
+        (allowed if hit else kept).append(row)
+    return kept, allowed
+
+
+def under_test_differences(info_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The informational rows of the change under test (model, loss, optimizer: their
+    ``config.`` rows), for a line of their own."""
+    keys = [f"config.{k}" for k in UNDER_TEST_KEYS]
+    return [dict(r) for r in info_rows if _under(str(r["key"]), keys)]
 
 
 def describe_differences(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -112,14 +195,24 @@ def _n_replicates(metric: Metric) -> int:
     return len(set(metric.replicate)) if metric.replicate else 0
 
 
+def _process_figures(values: np.ndarray, metric: Metric) -> np.ndarray:
+    """One figure per fresh process: each replicate's median; a side without replicate ids
+    ran in one process, so its one figure is the median of all its values."""
+    if metric.replicate and values.size:
+        return replicate_medians(values, metric.replicate)
+    return np.array([np.median(values)]) if values.size else values
+
+
 def pair_samples(old: Metric, new: Metric, min_replicates: int) -> Pair:
+    """The values compared: the process figures of both sides when at least one side has
+    `min_replicates` processes (its spread is the noise the test needs; a one-process side is
+    then one figure against it); otherwise the in-process samples, shown but never judged
+    (insufficient data)."""
     a = np.asarray(old.values, dtype=np.float64)
     b = np.asarray(new.values, dtype=np.float64)
     ra, rb = _n_replicates(old), _n_replicates(new)
-    if ra >= min_replicates and rb >= min_replicates:
-        assert old.replicate is not None and new.replicate is not None
-        a, b = replicate_medians(a, old.replicate), replicate_medians(b, new.replicate)
-        return Pair(a, b, "replicates", (ra, rb))
+    if max(ra, rb) >= min_replicates and a.size and b.size:
+        return Pair(_process_figures(a, old), _process_figures(b, new), "replicates", (ra, rb))
     return Pair(a, b, "samples", (ra, rb))
 
 

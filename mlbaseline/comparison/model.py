@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlbaseline import stats
+from mlbaseline.comparison.headline import headline
 from mlbaseline.results import KINDS
+from mlbaseline.stats.decision import INSUFFICIENT
 
 COMPARABLE_KINDS = tuple(k for k in KINDS if k != "compare")
 FAIL_ON = ("regressed", "any", "never")
@@ -15,7 +17,7 @@ FAIL_ON_HELP = {
     "regressed": "exit 1 when any metric is regressed",
     "any": (
         "exit 1 unless every metric of OLD is unchanged or improved in NEW "
-        "(regressed, inconclusive, not compared or missing from NEW all fail)"
+        "(regressed, inconclusive, insufficient data, not compared or missing from NEW all fail)"
     ),
     "never": "always exit 0 after a comparison (report only; 2 and 3 still apply)",
 }
@@ -171,6 +173,8 @@ class Comparison:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"metric", "code", "reason"}
     blocking_differences: list[dict[str, Any]] = field(default_factory=list)
     informational_differences: list[dict[str, Any]] = field(default_factory=list)
+    # blocking keys that differ and were allowed (--allow KEY): listed, never marking
+    allowed_differences: list[dict[str, Any]] = field(default_factory=list)
     allow_mismatch: bool = False
     same_input: bool = False
     warnings: list[dict[str, Any]] = field(default_factory=list)
@@ -202,6 +206,7 @@ class Comparison:
             "same_input": self.same_input,
             "blocking_differences": self.blocking_differences,
             "informational_differences": self.informational_differences,
+            "allowed_differences": self.allowed_differences,
             "metrics": [m.to_dict() for m in self.metrics],
             "attribution": [a.to_dict() for a in self.attribution],
             "only_old": self.only_old,
@@ -215,6 +220,7 @@ class Comparison:
         doc["fail_on"] = self.fail_on
         doc["failing"] = fails
         doc["failed"] = bool(fails)
+        doc["headline"] = headline(doc)
         return doc
 
 
@@ -223,7 +229,7 @@ def failing_names(doc: Mapping[str, Any]) -> list[str]:
     fail_on = doc["settings"]["fail_on"]
     if fail_on == "never":
         return []
-    bad = {"regressed"} if fail_on == "regressed" else {"regressed", "inconclusive"}
+    bad = {"regressed"} if fail_on == "regressed" else {"regressed", "inconclusive", INSUFFICIENT}
     out = [m["metric"] for m in doc["metrics"] if m["verdict"] in bad]
     if fail_on == "any":
         out += [s["metric"] for s in doc["skipped"] if s["code"] != SKIP_RESIDUAL]

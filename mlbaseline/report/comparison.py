@@ -11,9 +11,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mlbaseline.comparison.matching import describe_differences
+from mlbaseline.comparison.headline import headline_text
+from mlbaseline.comparison.matching import describe_differences, under_test_differences
 from mlbaseline.comparison.model import ATTRIBUTION_METHOD, SKIP_RESIDUAL, Comparison
-from mlbaseline.comparison.noise import SOURCE_NOISE, SOURCE_SITTINGS
+from mlbaseline.comparison.noise import SOURCE_SITTINGS
 from mlbaseline.comparison.result import verdict_text
 from mlbaseline.formatting import interval_percent as _interval_pct
 from mlbaseline.formatting import markdown_table as _md_table
@@ -27,7 +28,10 @@ __all__ = [  # with the names of the comparison the `mlb compare` tables show
     "ATTRIBUTION_METHOD",
     "SKIP_RESIDUAL",
     "describe_differences",
+    "difference_lines",
+    "drift_adjusted",
     "format_value",
+    "headline_text",
     "mde_text",
     "render_markdown",
     "stage_rows",
@@ -69,29 +73,26 @@ def verdict_reason(m: Mapping[str, Any]) -> str:
 
 
 def threshold_text(doc: Mapping[str, Any]) -> str:
-    """'threshold 7.5% (measured between-process noise) / 3% (configured floor)', or
-    'threshold 3% (configured floor)' when no metric's noise exceeded its floor."""
+    """'threshold 4.2% (measured between-sitting noise (history)) / 3% (configured floor)', or
+    'threshold 3% (configured floor)' when the history set no wider bar."""
     floor = f"{100 * doc['settings']['threshold']:g}% (configured floor)"
-    noisy = [m for m in doc["metrics"] if m.get("threshold_source") == SOURCE_NOISE]
     sitting = [m for m in doc["metrics"] if m.get("threshold_source") == SOURCE_SITTINGS]
     if sitting:  # the history's sittings set the bar: say so, with the widest
         floor = f"{100 * max(m['threshold'] for m in sitting):.1f}% ({SOURCE_SITTINGS}) / {floor}"
-    if not noisy:
-        return f"threshold {floor}"
-    lo = min(m["threshold"] for m in noisy)
-    hi = max(m["threshold"] for m in noisy)
-    span = (
-        f"{100 * lo:.1f}%"
-        if round(1000 * lo) == round(1000 * hi)
-        else (f"{100 * lo:.1f}–{100 * hi:.1f}%")
-    )
-    return f"threshold {span} (measured between-process noise) / {floor}"
+    return f"threshold {floor}"
+
+
+def drift_adjusted(doc: Mapping[str, Any]) -> bool:
+    """Whether the verdicts used drift-adjusted values (then the tables add a column)."""
+    return any(m.get("raw") for m in doc["metrics"])
 
 
 def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Display rows (metric, old, new, delta, ci, p, mde, verdict, reason) from a comparison
-    document; shared by the rich table and the Markdown table. ``verdict`` holds the word, its
-    reason in parentheses and † when compared across a blocking difference."""
+    """Display rows (metric, old, new, delta, ci, adjusted, p, mde, verdict, reason) from a
+    comparison document; shared by the rich table and the Markdown table. ``verdict`` holds
+    the word, its reason in parentheses and † when compared across a blocking difference.
+    Old, new, Δ and CI are always the measured figures; when the verdicts used drift-adjusted
+    values, ``adjusted`` holds the adjusted Δ (marked ‡), never in place of the measured one."""
     mark = " †" if doc.get("blocking_differences") else ""
     rows = []
     for m in doc["metrics"]:
@@ -99,13 +100,15 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
         reason = verdict_reason(m)
         if reason:
             verdict += f" ({reason})"
+        shown = m.get("raw") or m  # the measured figures
         rows.append(
             {
                 "metric": m["metric"],
-                "old": format_value(m["median_old"], m["unit"]),
-                "new": format_value(m["median_new"], m["unit"]),
-                "delta": _pct(m["change"]),
-                "ci": _interval_pct([_minus1(m["ci_low"]), _minus1(m["ci_high"])]),
+                "old": format_value(shown.get("median_old", m["median_old"]), m["unit"]),
+                "new": format_value(shown.get("median_new", m["median_new"]), m["unit"]),
+                "delta": _pct(shown["change"]),
+                "ci": _interval_pct([_minus1(shown["ci_low"]), _minus1(shown["ci_high"])]),
+                "adjusted": _pct(m["change"]) + " ‡" if m.get("raw") else "",
                 "p": format_p(m["p_adjusted"]),
                 "mde": mde_text(m),
                 "mde_compact": mde_text(m, compact=True),
@@ -141,9 +144,12 @@ def stage_rows(a: Mapping[str, Any]) -> list[dict[str, str]]:
 def summary_line(doc: Mapping[str, Any]) -> str:
     c = doc["counts"]
     gate = "FAIL" if doc["failed"] else "pass"
+    insufficient = c.get("insufficient data", 0)
     return (
         f"{c['regressed']} regressed, {c['improved']} improved, {c['unchanged']} unchanged, "
-        f"{c['inconclusive']} inconclusive; --fail-on {doc['fail_on']}: {gate}"
+        f"{c['inconclusive']} inconclusive"
+        + (f", {insufficient} insufficient data" if insufficient else "")
+        + f"; --fail-on {doc['fail_on']}: {gate}"
     )
 
 
@@ -159,7 +165,9 @@ def render_markdown(comparison: Comparison | Mapping[str, Any]) -> str:
     lines = [
         f"## mlb compare: `{doc['old']['label']}` → `{doc['new']['label']}` ({doc['kind']})",
         "",
-        f"**{summary_line(doc)}**",
+        f"**{headline_text(doc)}**",
+        "",
+        summary_line(doc),
         "",
     ]
     if doc.get("blocking_differences"):
@@ -190,8 +198,11 @@ def render_markdown(comparison: Comparison | Mapping[str, Any]) -> str:
 def _md_metric_table(doc: Mapping[str, Any], conf: int) -> list[str]:
     """The per-metric table; a long reason (an in-process verdict held back) is a numbered
     note under it, a short one (`need ~N repl./side`) stays in the cell."""
-    headers = ["metric", "old", "new", "Δ%", f"{conf}% CI", "p (Holm)", "MDE", "verdict"]
+    headers = ["metric", "old", "new", "Δ%", f"{conf}% CI", "p (adj.)", "MDE", "verdict"]
     keys = ["old", "new", "delta", "ci", "p", "mde"]
+    if drift_adjusted(doc):  # the adjusted Δ in a column of its own, after the measured one
+        headers.insert(5, "Δ% drift-adj. ‡")
+        keys.insert(4, "adjusted")
     notes: list[str] = []
     rows = []
     for r in table_rows(doc):
@@ -201,7 +212,7 @@ def _md_metric_table(doc: Mapping[str, Any], conf: int) -> list[str]:
                 notes.append(r["reason"])
             verdict = verdict.replace(f"({r['reason']})", f"[{notes.index(r['reason']) + 1}]")
         rows.append([f"`{r['metric']}`", *(r[k] for k in keys), verdict])
-    lines = _md_table(headers, rows, "lrrrrrrl")
+    lines = _md_table(headers, rows, "l" + "r" * (len(headers) - 2) + "l")
     if notes:
         lines += [""] + [f"[{i}] {text}  " for i, text in enumerate(notes, 1)]
     return lines
@@ -220,11 +231,7 @@ def _md_notes(doc: Mapping[str, Any]) -> list[str]:
         )
     notes += [f"Not judged: `{s['metric']}` — {s['reason']}" for s in doc["skipped"]]
     notes += [f"⚠ {w['message']}" for w in doc["warnings"]]
-    info = doc.get("informational_differences") or []
-    if info:
-        shown = describe_differences(info[:10])
-        more = f" (and {len(info) - 10} more)" if len(info) > 10 else ""
-        notes.append(f"Informational differences: {shown}{more}")
+    notes += [line[0].upper() + line[1:] for line in difference_lines(doc, limit=10)]
     s = doc["settings"]
     notes.append(
         f"Method: {s['test']}, α={s['alpha']}; {s['interval']} ({s['n_resamples']} resamples, "
@@ -234,4 +241,26 @@ def _md_notes(doc: Mapping[str, Any]) -> list[str]:
     )
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    return lines
+
+
+def difference_lines(doc: Mapping[str, Any], limit: int | None = None) -> list[str]:
+    """One line each, when there are any: the blocking keys allowed by --allow, the change under
+    test (model, loss, optimizer: informational, apart so it is not lost among host details)
+    and the other informational differences (at most `limit` of them). Shared by the terminal
+    and the Markdown; a comparison document from before --allow has no allowed line."""
+    info = list(doc.get("informational_differences") or [])
+    under = under_test_differences(info)
+    rest = [r for r in info if r not in under]
+    allowed = doc.get("allowed_differences") or []
+    lines = []
+    if allowed:
+        lines.append(f"allowed differences (--allow): {describe_differences(allowed)}")
+    if under:
+        named = [{**r, "key": str(r["key"]).removeprefix("config.")} for r in under]
+        lines.append(f"changed under test (informational): {describe_differences(named)}")
+    if rest:
+        shown = rest if limit is None else rest[:limit]
+        more = f" (and {len(rest) - len(shown)} more)" if len(shown) < len(rest) else ""
+        lines.append(f"informational differences: {describe_differences(shown)}{more}")
     return lines

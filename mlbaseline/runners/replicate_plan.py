@@ -8,7 +8,10 @@ after another and stops at the first of:
   `throughput.repro_target` for every total metric (training step, inference batch), after at
   least `MIN_AUTO` replicates;
 - **budget**: one more replicate (at the mean wall time of those so far) would pass
-  `throughput.replicates_budget_s`;
+  `throughput.replicates_budget_s` — never below :data:`DECIDE_MIN`, the fewest processes with
+  which `mlb compare` can reach a verdict (`stats.decision.min_decidable`, from the degrees of
+  freedom of the very test it runs): a budget too small for them is passed, and the result says
+  so with the budget that would fit them, instead of holding a figure no comparison can judge;
 - **max**: `throughput.max_repeats` replicates.
 The decision and its figures go in the result (`data.replicate_plan`), with the replicate count a
 user would need for the target when the budget stopped it first.
@@ -24,10 +27,14 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
+from mlbaseline.stats import decision
 
 # With 3 replicates the spread has 2 degrees of freedom: in bench `repro`, trios that looked
-# quiet (±1.5%) came from invocations whose medians spread 5% apart. Five are the floor.
+# quiet (±1.5%) came from invocations whose medians spread 5% apart. Five are the floor of the
+# target stop.
 MIN_AUTO = 5
+# The floor of every stop: below it a comparison of two such results is "insufficient data".
+DECIDE_MIN = decision.min_decidable()
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,21 @@ def decide(
     if k >= plan.max_k:
         return Decision("max", hw, worst, needed)
     mean_wall = float(np.mean(walls_s)) if k else 0.0
-    if k >= 1 and sum(walls_s) + mean_wall > plan.budget_s:
+    if k >= DECIDE_MIN and sum(walls_s) + mean_wall > plan.budget_s:
         return Decision("budget", hw, worst, needed)
     return Decision(None, hw, worst, needed)
+
+
+def over_budget(k: int, walls_s: Sequence[float], plan: Plan) -> str | None:
+    """The line that says the budget could not hold the DECIDE_MIN replicates a comparison
+    needs (they ran anyway), with the budget that would; None when it held them."""
+    if not walls_s or sum(walls_s) <= plan.budget_s or k > DECIDE_MIN:
+        return None
+    return (
+        f"{k} replicates took {sum(walls_s):.0f} s, past the {plan.budget_s:.0f} s budget: "
+        f"{DECIDE_MIN} are the fewest a comparison can judge (fewer: insufficient data); "
+        f"throughput.replicates_budget_s {budget_for(DECIDE_MIN, walls_s)} fits them"
+    )
 
 
 def budget_for(k: int, walls_s: Sequence[float]) -> int:
@@ -150,12 +169,14 @@ def message(decision: Decision, k: int, plan: Plan, walls_s: Sequence[float] = (
 
 
 __all__ = [
+    "DECIDE_MIN",
     "MIN_AUTO",
     "Decision",
     "Plan",
     "budget_for",
     "decide",
     "message",
+    "over_budget",
     "plan_for",
     "total_medians",
     "worst_half_width",

@@ -5,16 +5,18 @@ the statistical method it implements. Location and spread lead with the median a
 standard deviation and CV are reported beside them. Percentiles use NumPy's ``"linear"`` method
 (Hyndman & Fan type 7), recorded in results as :data:`PERCENTILE_METHOD`.
 
-A comparison has two gates (see DESIGN.md, "Statistics"): a two-sided Mann-Whitney U test after a
-Holm correction across all compared metrics, AND a bootstrap confidence interval of the ratio of
-medians lying entirely beyond the practical threshold.
+A comparison has two gates (see DESIGN.md, "Statistics"): a two-sided test (Student's t on the logs
+of process figures, or Mann-Whitney U where the counts allow) after gatekeeping — the headline
+metric first at the full alpha, its stages after it with Holm — AND a confidence interval of the
+ratio lying entirely beyond the practical threshold; :func:`decision.decide` is the one function
+that turns them into a verdict.
 """
 
 # One package, five modules: the core (summaries, bootstrap, tests, KL, MDE), stability
 # warnings and warm-up detection, per-metric verdicts, paired (A/B per-pair ratio)
 # statistics, and noise (variance components and the MDE they imply; used as stats.noise).
 # The rest is re-exported here so that `from mlbaseline import stats; stats.X` keeps working.
-from mlbaseline.stats import noise  # noqa: F401  (stats.noise.components, .relative_mde, …)
+from mlbaseline.stats import decision, noise  # noqa: F401  (stats.decision.decide, stats.noise…)
 from mlbaseline.stats.core import (  # noqa: F401
     DEFAULT_SEED,
     DEFAULT_THRESHOLD,
@@ -54,6 +56,7 @@ from mlbaseline.stats.core import (  # noqa: F401
     summarize,
     z_value,
 )
+from mlbaseline.stats.decision import INSUFFICIENT, decide  # noqa: F401
 from mlbaseline.stats.paired import (  # noqa: F401
     PAIRED_THRESHOLD,
     PAIRED_VERDICTS,
@@ -81,9 +84,6 @@ from mlbaseline.stats.verdicts import (  # noqa: F401
     _Raw,
     _raw_comparison,
     _resolved_threshold,
-    _settling,
     _zero_raw,
     compare_samples,
-    decide,
-    median_mde,
 )

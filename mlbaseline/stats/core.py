@@ -27,7 +27,7 @@ DEFAULT_THRESHOLD = 0.03  # practical-significance band for compare: ±3 %
 KL_VARIANCE_FLOOR = 1e-12
 OUTLIER_IQR_FACTOR = 3.0
 
-VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
+VERDICTS = ("regressed", "improved", "unchanged", "inconclusive", "insufficient data")
 
 ArrayLike = Sequence[float] | np.ndarray
 

@@ -16,20 +16,19 @@ The figure a comparison judges is the per-process median, so the noise of one *r
 is the standard deviation of the log per-process medians (``process_sd``, measured directly:
 it holds the between-process part and what n steps leave of the within part). The MDE of a
 comparison of two results with p_old and p_new processes is :func:`relative_mde` of those sds:
-``expm1((z_{1−α'/2} + z_power) · sqrt(sd_old²/p_old + sd_new²/p_new))`` at α' = α/k, Holm's
-first step over the k metrics judged (a change in one stage alone must pass it) — the one
-implementation used by throughput results (``data["noise"]``) and by ``mlb compare``.
+the smallest change the test ``mlb compare`` runs (Student's t on the logs, CI beyond the
+threshold: :func:`mlbaseline.stats.decision.detectable_change`) flags with 80% power at α' = α/k,
+Holm's first step in the metric's family (the step's family: the totals; a stage's: the
+stages) — the one implementation used by throughput results (``data["noise"]``), the history
+and ``mlb compare``.
 
 **Between sittings** (:func:`sittings`): a sitting is one invocation, minutes or days from
 another (one stored result in the history). With S sittings of the same config, figure m_s from
 p_s processes of log sd sd_s each, the observed variance of the log figures holds what each
 sitting's own processes leave (sd_s² / p_s) and the sitting-to-sitting part:
 s²_sit = max(0, var(log m_s) − mean_s(sd_s² / p_s)). A comparison of two results from different
-sittings carries 2·s²_sit beyond their process terms, so its MDE is
-``expm1((z + z_power) · sqrt(sd_old²/p_old + sd_new²/p_new + 2·s²_sit))``.
-
-The smallest Mann-Whitney p of N vs N values caps what N replicates can ever show; with Holm over
-k metrics the first step needs p < α/k (:func:`replicates_reachable`).
+sittings carries 2·s²_sit beyond their process terms, which its MDE adds to the variance of
+the log difference.
 """
 
 from __future__ import annotations
@@ -37,12 +36,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from mlbaseline.stats.core import mann_whitney_p, min_detectable_effect
+from mlbaseline.stats import decision
 
 POWER = 0.8  # the power every MDE in mlb is stated at
 MAX_REPLICATES = 10_000  # search cap of replicates_reachable / replicates_for_mde
@@ -104,12 +102,28 @@ def components(values: Sequence[float], replicate: Sequence[int]) -> Components 
 
 
 def relative_mde(
-    sd_old: float, n_old: int, sd_new: float, n_new: int, alpha: float, power: float = POWER
+    sd_old: float,
+    n_old: int,
+    sd_new: float,
+    n_new: int,
+    alpha: float,
+    power: float = POWER,
+    *,
+    threshold: float = 0.0,
+    confidence: float = 0.95,
+    extra_var: float = 0.0,
 ) -> float:
-    """Smallest relative change (fraction) a two-sided two-sample comparison of n_old vs n_new
-    figures with these log-scale sds detects with `power` at `alpha`:
-    expm1(:func:`core.min_detectable_effect` on the logs)."""
-    return math.expm1(min_detectable_effect(sd_old, n_old, sd_new, n_new, alpha, power))
+    """Smallest relative change (fraction) that a comparison of n_old vs n_new process figures
+    with these log-scale sds flags with `power`: the test `mlb compare` runs (Student's t on
+    the logs, pooled variance, decision.detectable_change) at `alpha` with its CI beyond
+    `threshold`; `extra_var` adds variance the processes do not show (sittings). inf when
+    nothing measures the spread (one process a side)."""
+    df = decision.t_dof(n_old, n_new)
+    if df < 1:
+        return math.inf
+    pooled = ((n_old - 1) * sd_old**2 + (n_new - 1) * sd_new**2) / df
+    se = math.sqrt(pooled * (1.0 / n_old + 1.0 / n_new) + extra_var)
+    return decision.detectable_change(se, df, alpha, threshold, confidence, power)
 
 
 MIN_SITTINGS = 3  # with 2 the sitting variance has 1 degree of freedom: no figure to state
@@ -161,52 +175,40 @@ def cross_sitting_mde(
 ) -> float:
     """MDE of a comparison of two results like `comp` taken in different sittings (module
     doc): the process terms of both sides plus twice the between-sitting variance."""
-    sd = math.sqrt(comp.process_sd**2 / comp.processes + between_sd**2)
-    return relative_mde(sd, 1, sd, 1, alpha, power)
-
-
-@lru_cache(maxsize=4096)
-def min_mann_whitney_p(n1: int, n2: int) -> float:
-    """Smallest p the test can give for n1 vs n2 values: that of two fully separated samples
-    (computed by the same function, so exact/asymptotic method choice matches; for small tie-free
-    samples it is 2 / C(n1+n2, n1))."""
-    return mann_whitney_p(np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float))
-
-
-@lru_cache(maxsize=1024)
-def replicates_reachable(k: int, alpha: float, at_least: int = 1) -> int:
-    """Smallest N >= at_least such that N vs N values can give a two-sided Mann-Whitney
-    p < alpha/k (the first step of Holm over k metrics). A linear scan: the smallest p is not
-    monotone in N where the test switches from exact to asymptotic (8 vs 8 exact gives 1.6e-4,
-    9 vs 9 asymptotic 4.1e-4)."""
-    target = alpha / max(1, k)
-    n = max(1, at_least)
-    while min_mann_whitney_p(n, n) >= target and n < MAX_REPLICATES:
-        n += 1
-    return n
+    p = comp.processes
+    return relative_mde(
+        comp.process_sd, p, comp.process_sd, p, alpha, power, extra_var=2.0 * between_sd**2
+    )
 
 
 def replicates_for_mde(
-    sd: float, target: float, k: int, alpha: float, at_least: int = 2, power: float = POWER
+    sd: float,
+    target: float,
+    alpha: float,
+    *,
+    threshold: float,
+    at_least: int = 2,
+    confidence: float = 0.95,
+    power: float = POWER,
 ) -> int:
-    """Fewest replicates per side (N vs N, same sd both sides) whose MDE at alpha/k is <= target
-    AND whose Mann-Whitney p can pass Holm's first step over k metrics: advice that can pass
-    the gate."""
+    """Fewest processes per side (N vs N, same sd both sides) whose MDE (:func:`relative_mde`,
+    the test compare runs, CI beyond `threshold`) is <= target; MAX_REPLICATES when none is."""
     if target <= 0:
         raise ValueError("target must be > 0")
-    lo = replicates_reachable(k, alpha, at_least)
-    alpha_k = alpha / max(1, k)
-    if lo >= MAX_REPLICATES or relative_mde(sd, lo, sd, lo, alpha_k, power) <= target:
-        return min(lo, MAX_REPLICATES)
-    # the MDE falls as n grows: bisect for the fewest n in (lo, MAX] that meets the target
-    # (each relative_mde costs scipy quantiles; stepping n up one by one took ~1000 of them)
-    hi = MAX_REPLICATES
+
+    def ok(n: int) -> bool:
+        mde = relative_mde(sd, n, sd, n, alpha, power, threshold=threshold, confidence=confidence)
+        return mde <= target
+
+    lo = max(at_least, decision.min_decidable())
+    if ok(lo):
+        return lo
+    if not ok(MAX_REPLICATES):
+        return MAX_REPLICATES
+    hi = MAX_REPLICATES  # the MDE falls as n grows: bisect for the fewest n that meets it
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if relative_mde(sd, mid, sd, mid, alpha_k, power) <= target:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
 
 
@@ -220,27 +222,27 @@ def summary(
     power: float = POWER,
 ) -> dict[str, Any] | None:
     """The noise record of one metric: its components, the MDE of a comparison of two results
-    like this one (same processes and noise both sides), whether Holm over k metrics can pass
-    at all with this many processes, and the replicates per side that would see `threshold`.
-    None without 2 processes."""
+    like this one (same processes and noise both sides; `alpha / k`: the first Holm step of its
+    family under gatekeeping), whether a verdict is possible at all with this many processes,
+    and the processes per side that would see a change of twice `threshold` (a change AT the
+    threshold is seen at most half the time: the CI must clear it). None without 2 processes."""
     if not replicate:
         return None
     comp = components(values, replicate)
     if comp is None:
         return None
-    p = comp.processes
-    floor_p = min_mann_whitney_p(p, p)
+    p, sd, alpha_k = comp.processes, comp.process_sd, alpha / max(1, k)
+    target = 2.0 * threshold
     return {
         **comp.to_dict(),
         "alpha": alpha,
         "power": power,
         "metrics_judged": k,
-        "mde": relative_mde(comp.process_sd, p, comp.process_sd, p, alpha / max(1, k), power),
-        "holm_reachable": floor_p < alpha / max(1, k),
-        "replicates_for_holm": replicates_reachable(k, alpha, 2),
-        "replicates_for_threshold": replicates_for_mde(
-            comp.process_sd, threshold, k, alpha, 2, power
-        ),
+        "mde": relative_mde(sd, p, sd, p, alpha_k, power, threshold=threshold),
+        "decidable": p >= decision.min_decidable(),
+        "replicates_to_decide": decision.min_decidable(),
+        "target": target,
+        "replicates_for_target": replicates_for_mde(sd, target, alpha_k, threshold=threshold),
         "threshold": threshold,
     }
 
@@ -252,10 +254,8 @@ __all__ = [
     "Sittings",
     "components",
     "cross_sitting_mde",
-    "min_mann_whitney_p",
     "relative_mde",
     "replicates_for_mde",
-    "replicates_reachable",
     "sittings",
     "summary",
 ]

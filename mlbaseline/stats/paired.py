@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mlbaseline.stats import decision
 from mlbaseline.stats.core import DEFAULT_SEED, _sps, holm, median_ci, z_value
 
 # The practical threshold for paired ratios: 1 %, not compare's 3 %. Separate runs need a ±3 %
@@ -109,17 +110,9 @@ def paired_mde(d: np.ndarray, alpha: float = 0.05, power: float = POWER) -> floa
 def paired_verdict(
     ci_low: float, ci_high: float, p_adjusted: float, alpha: float, thr: float
 ) -> str:
-    """The four-way verdict of one stage from its ratio CI and Holm-adjusted p (module doc)."""
-    if not (math.isfinite(ci_low) and math.isfinite(ci_high)):
-        return "inconclusive"
-    significant = p_adjusted < alpha
-    if significant and ci_low > 1 + thr:
-        return "regressed"
-    if significant and ci_high < 1 - thr:
-        return "improved"
-    if 1 - thr <= ci_low and ci_high <= 1 + thr:
-        return "unchanged"
-    return "inconclusive"
+    """The four-way verdict of one stage from its ratio CI and Holm-adjusted p: the one
+    decision function of every comparison (decision.decide), lower is better."""
+    return decision.decide((math.nan, ci_low, ci_high), p_adjusted, False, thr, alpha)
 
 
 def compare_paired(

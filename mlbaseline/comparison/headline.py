@@ -1,0 +1,85 @@
+"""The headline of a comparison: one line, before any table, with the step's verdict, its change
+and CI, and the smallest change this pair of results could see (its MDE).
+
+Computed from the comparison document alone (``Comparison.to_dict()``, or ``data`` of a saved
+``compare`` result), so `mlb compare`, its ``--markdown``, `mlb history gate` and the report all
+print the same line for the same comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mlbaseline.formatting import interval_percent, percent, signed_percent
+from mlbaseline.stats.decision import INSUFFICIENT
+
+# which total leads when there are several: the one a gate would fail on first
+_SEVERITY = ("regressed", INSUFFICIENT, "inconclusive", "improved", "unchanged")
+
+
+def _lead(metrics: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    totals = [m for m in metrics if m.get("role") == "total"] or list(metrics)
+    if not totals:
+        return None
+    return min(totals, key=lambda m: _SEVERITY.index(m["verdict"]) if m["verdict"] in
+               _SEVERITY else len(_SEVERITY))  # fmt: skip
+
+
+def _sees(m: Mapping[str, Any]) -> str:
+    mde = m.get("mde")
+    if mde is None or not math.isfinite(mde):
+        return "this comparison cannot say which changes it would see"
+    return f"this comparison sees changes above {percent(mde)}"
+
+
+def _change(m: Mapping[str, Any]) -> str:
+    """The measured change with its CI; the drift-adjusted one beside it when it was used."""
+    raw = m.get("raw")
+    measured = raw if raw else m
+    text = (
+        f"{signed_percent(measured['change'])} "
+        f"{interval_percent([measured['ci_low'] - 1.0, measured['ci_high'] - 1.0])}"
+    )
+    if raw:
+        text += f" (drift-adjusted {signed_percent(m['change'])})"
+    return text
+
+
+def headline(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """{metric, verdict, change, ci_low, ci_high, mde, processes, text}, None without metrics."""
+    metrics = list(doc.get("metrics") or [])
+    m = _lead(metrics)
+    if m is None:
+        return None
+    procs = m.get("processes") or [m.get("n_old"), m.get("n_new")]
+    if m["verdict"] == INSUFFICIENT:
+        tail = f"{INSUFFICIENT}: {m.get('reason') or 'one process a side'}"
+    else:
+        tail = f"{m['verdict']}; {_sees(m)} ({procs[0]} vs {procs[1]} processes)"
+    text = f"{m['metric']} {_change(m)}, {tail}"
+    others = [x["verdict"] for x in metrics if x.get("role") == "total" and x is not m]
+    if others:
+        counts = {v: others.count(v) for v in _SEVERITY if v in others}
+        text += "; other totals: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+    return {
+        "metric": m["metric"],
+        "verdict": m["verdict"],
+        "change": m["change"],
+        "ci_low": m["ci_low"],
+        "ci_high": m["ci_high"],
+        "mde": m.get("mde"),
+        "processes": list(procs),
+        "text": text,
+    }
+
+
+def headline_text(doc: Mapping[str, Any]) -> str:
+    """The line itself ('' when the document has no metric); a saved document that predates
+    the headline gets it computed here."""
+    h = doc.get("headline") or headline(doc)
+    return h["text"] if h else ""
+
+
+__all__ = ["headline", "headline_text"]
