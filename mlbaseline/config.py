@@ -7,8 +7,10 @@ reference is generated from these fields (`config_reference()`), and a test keep
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import os
 import re
 import types
 import typing
@@ -55,6 +57,33 @@ WORKLOAD_OPTION_KEYS = (
     "workload.grad_accum",
     "workload.channels_last",
 )
+# What the workload *is* (DESIGN "Comparability"): its data and the shape of every batch. Each
+# is a blocking fingerprint key, so a 64 px image folder is never judged against 32 px synthetic
+# data and history series never pool two workloads (dtype and the options above are blocking
+# too, and so are the golden batch size and the subset manifest hash, `subset_sha256`).
+WORKLOAD_IDENTITY_KEYS = (
+    "workload.dataset",
+    "workload.data_dir",
+    "workload.dataset_kwargs",
+    "workload.dataset_size",
+    "workload.task",
+    "workload.image_size",
+    "workload.vocab_size",
+    "workload.min_length",
+    "workload.max_length",
+    "workload.num_classes",
+    "throughput.batch_sizes",
+    "workload.transform",
+    "workload.transform_kwargs",
+    "throughput.num_workers",
+)
+# Config paths whose values are part of the blocking fingerprint (envinfo.fingerprint).
+BLOCKING_CONFIG_KEYS = (
+    *(f"golden.{f.name}" for f in dataclasses.fields(GoldenConfig)),  # the four golden ones
+    "workload.dtype",
+    *WORKLOAD_OPTION_KEYS,
+    *WORKLOAD_IDENTITY_KEYS,
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +113,9 @@ class WorkloadConfig:
     optimizer: str = _f("torch.optim:SGD", "Optimizer class by import path.")
     optimizer_kwargs: dict[str, Any] = _f({"lr": 0.01}, "Keyword arguments for the optimizer.")
     image_size: int = _f(224, "Side of synthetic images, pixels.", min=8)
-    num_classes: int = _f(10, "Classes of the synthetic datasets.", min=1)
+    num_classes: int = _f(
+        10, "Classes of the synthetic datasets; unset: an image folder's own count.", min=1
+    )
     dataset_size: int | None = _f(
         None, "Samples in the synthetic dataset; default: golden.subset_size.", min=1
     )
@@ -348,6 +379,35 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def _lookup(tree: Mapping[str, Any], dotted: str, default: Any) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return copy.deepcopy(default)
+        node = node[part]
+    return node
+
+
+def workload_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """{key: value} of every WORKLOAD_IDENTITY_KEYS in a resolved config in dict form (a
+    result's `config`): the fingerprint's, and what compare and history rebuild for a result
+    written before they were blocking, by the same rules. A key the config lacks (written
+    before the field existed) is the built-in default: what that run used."""
+    out = {}
+    for key in WORKLOAD_IDENTITY_KEYS:
+        value = _lookup(config, key, _lookup(_DEFAULTS, key, None))
+        if key == "workload.data_dir" and isinstance(value, str) and value:
+            # the path as written, normalised ('data/x/' == './data/x'), never resolved: the
+            # same relative folder in two CI checkouts is one dataset, and a result read on
+            # another machine cannot be resolved against the cwd it ran in
+            value = os.path.normpath(value)
+        out[key] = value
+    return out
+
+
+_DEFAULTS = Config().to_dict()
+
+
 # ---------------------------------------------------------------- building from plain data
 
 
@@ -562,7 +622,30 @@ def resolve(
     merged["profile"] = name
     if config_file is not None:
         merged = _with_config_dir(merged, config_file)
-    return build(Config, merged)
+    explicit = _lookup(file_data, "workload.num_classes", None)
+    if explicit is None:
+        explicit = (overrides or {}).get("workload.num_classes")
+    return build(Config, merged if explicit is not None else _folder_classes(merged))
+
+
+def _folder_classes(merged: dict[str, Any]) -> dict[str, Any]:
+    """An image folder knows its classes: unless the config file or a flag sets
+    workload.num_classes (a profile's value describes its synthetic data), the resolved config
+    records the folder's count, so the model's head and the workload identity say what was
+    trained. A set value that differs is an error where the dataset is built (factory)."""
+    workload = merged.get("workload")
+    if not isinstance(workload, Mapping) or workload.get("dataset") != "imagefolder":
+        return merged
+    root = workload.get("data_dir")
+    if not isinstance(root, str) or not root or not os.path.isdir(root):
+        return merged
+    try:  # torchvision's ImageFolder rule: every sub-folder is a class
+        count = sum(1 for entry in os.scandir(root) if entry.is_dir())
+    except OSError:
+        return merged
+    if count == 0:
+        return merged  # ImageFolder names the empty folder when the dataset is built
+    return {**merged, "workload": {**workload, "num_classes": count}}
 
 
 def _with_config_dir(merged: dict[str, Any], config_file: Path) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlbaseline.config import WORKLOAD_OPTION_KEYS
+from mlbaseline.config import BLOCKING_CONFIG_KEYS, workload_identity
 from mlbaseline.measure.gpu import GpuProbe, GpuProbeError
 
 # Environment variables that change performance and are safe to record. Nothing else is kept.
@@ -35,16 +35,8 @@ ENV_ALLOWLIST = (
     "TORCH_CUDNN_V8_API_ENABLED",
 )
 
-# Config paths whose values are part of the blocking fingerprint (the golden parameters and
-# what defines the workload's numeric behaviour).
-BLOCKING_CONFIG_KEYS = (
-    "golden.seed",
-    "golden.batch_size",
-    "golden.subset_size",
-    "golden.telemetry_interval_s",
-    "workload.dtype",
-    *WORKLOAD_OPTION_KEYS,  # compile, amp, grad_accum, channels_last
-)
+# The config paths in the blocking fingerprint (golden parameters, dtype, workload options and
+# the workload identity) are config.BLOCKING_CONFIG_KEYS, imported here under the same name.
 
 
 def read_text(path: Path) -> str | None:
@@ -385,6 +377,8 @@ def fingerprint(
     }
     for key in BLOCKING_CONFIG_KEYS:
         blocking[key] = _get(config, key)
+    # the workload identity by the rules compare and history rebuild it with for older results
+    blocking.update(workload_identity(config))
     informational = _informational(sw, driver, gpus)
     return {"blocking": blocking, "informational": informational}
 

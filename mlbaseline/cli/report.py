@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from mlbaseline.cli.common import CommonOptions, Ui, command, dump_json, execute
+from mlbaseline.cli.compare import AllowOpt
 from mlbaseline.config import Config
 from mlbaseline.errors import OutputExistsError, UsageError
 
@@ -76,6 +77,7 @@ class ReportOptions:
             "--allow-mismatch", help="With --compare: compare although blocking keys differ."
         ),
     ] = False
+    allow: AllowOpt = None
 
 
 @command("report", output=OutDirOpt, output_default=DEFAULT_OUT)
@@ -108,7 +110,7 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
 
     def measure(cfg: Config, ui: Ui) -> None:
         if o.compare is not None:
-            out = _render_compare(o.compare, cfg, o.allow_mismatch, output, common.force, ui)
+            out = _render_compare(o.compare, cfg, o, output, common.force, ui)
         else:
             out = _render(o.inputs or [], output, o.telemetry, common.force, ui, cfg)
         _print(ui, out)
@@ -119,12 +121,12 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
 
 
 def _render_compare(
-    pair: tuple[Path, Path], cfg: Config, allow_mismatch: bool, output: Path, force: bool, ui: Ui
+    pair: tuple[Path, Path], cfg: Config, o: ReportOptions, output: Path, force: bool, ui: Ui
 ) -> Any:
     from mlbaseline.report.render import render_compare_report
     from mlbaseline.runners.compare_files import run_compare
 
-    run = run_compare(pair[0], pair[1], cfg, allow_mismatch, ui.progress)
+    run = run_compare(pair[0], pair[1], cfg, o.allow_mismatch, ui.progress, o.allow or ())
     return render_compare_report(run.result.data, output, force=force, progress=ui.progress)
 
 

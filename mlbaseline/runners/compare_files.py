@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +50,10 @@ def run_compare(
     config: Config,
     allow_mismatch: bool = False,
     progress: Progress | None = None,
+    allow: Sequence[str] = (),
 ) -> CompareRun:
-    """Compare OLD with NEW under `config.compare`; raises NotComparableError (exit 3) and
+    """Compare OLD with NEW under `config.compare`, the blocking keys named in `allow` (--allow)
+    listed instead of blocking; raises NotComparableError (exit 3) and
     ResultFileError/ConfigError (exit 2) as the CLI reports them."""
     progress = progress or NullProgress()
     a, b = load_pair(Path(old), Path(new))
@@ -63,5 +66,6 @@ def run_compare(
         allow_mismatch=allow_mismatch,
         same_input=same_input(Path(old), Path(new)),
         progress=progress,
+        allow=allow,
     )
     return CompareRun(comparison, to_result(comparison, config.to_dict()))

@@ -248,6 +248,7 @@ def build_dataset(cfg: Config) -> DataSpec:
             ds = ImageFolder(str(root), transform=build_transform(w))
         except (FileNotFoundError, RuntimeError) as exc:
             raise DatasetError(f"workload.data_dir: {root}: {exc}") from None
+        check_classes(w.num_classes, list(ds.classes), root)
         return DataSpec(ds, None, {"type": "imagefolder", "len": len(ds), "root": str(root)})
     ds = _user_dataset(w)
     try:
@@ -257,6 +258,19 @@ def build_dataset(cfg: Config) -> DataSpec:
             f"workload.dataset: '{w.dataset}' did not return a sized dataset"
         ) from None
     return DataSpec(ds, None, {"type": w.dataset, "len": length})
+
+
+def check_classes(num_classes: int, classes: list[str], root: Path) -> None:
+    """The folder's classes are the labels the model sees: a configured workload.num_classes
+    that differs would train a head of the wrong width (labels out of range, or dead outputs),
+    so it is an error. config.resolve already takes the folder's count when none was set."""
+    if num_classes == len(classes):
+        return
+    shown = ", ".join(classes[:5]) + (", …" if len(classes) > 5 else "")
+    raise ConfigError(
+        f"workload.num_classes: {num_classes}, but the image folder {root} has {len(classes)} "
+        f"classes ({shown}); leave workload.num_classes unset to take the folder's count"
+    )
 
 
 def _user_dataset(w: WorkloadConfig) -> Any:
