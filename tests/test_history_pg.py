@@ -20,6 +20,7 @@ from history_fakes import stamp, synthetic, write
 from pg.server import create_database, drop_database, running_server
 from test_history_store import _record, _writer
 
+from mlbaseline.history import schema as sc
 from mlbaseline.history.store import StoreError, open_store
 
 REQUIRED = os.environ.get("MLB_REQUIRE_PG") == "1"
@@ -59,7 +60,7 @@ def pg_url(pg_server: str) -> Iterator[str]:
 
 def test_the_same_store_on_postgresql(pg_url):
     store = open_store(pg_url)
-    assert store.dialect == "postgresql" and store.version() == 2
+    assert store.dialect == "postgresql" and store.version() == sc.LATEST
     rid, new = store.add(_record(0))
     assert new and store.add(_record(0)) == (rid, False)
     entry = store.get(rid)

@@ -107,14 +107,14 @@ def test_migrations_upgrade_an_old_store_and_keep_its_records(tmp_path):
     assert not sa.inspect(old.engine).get_indexes("metrics")  # version 1 has none
     old.close()
     store = open_store(str(path), create=False)  # opening upgrades it
-    assert store.version() == sc.LATEST == 2
+    assert store.version() == sc.LATEST == 3
     assert {ix["name"] for ix in sa.inspect(store.engine).get_indexes("metrics")} == {
         "ix_metrics_name"
     }
     assert store.get(rid) is not None
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT version, name FROM mlb_schema ORDER BY version").fetchall()
-    assert [v for v, _ in rows] == [1, 2]
+    assert [v for v, _ in rows] == [1, 2, 3]
 
 
 def _bare_store(path: Path):

@@ -24,6 +24,7 @@ from mlbaseline.cli.common import (
     execute,
     opt,
 )
+from mlbaseline.cli.compare import AllowOpt
 from mlbaseline.config import Config
 from mlbaseline.formatting import interval_percent, p_value, signed_percent, value
 from mlbaseline.results import Result, atomic_write_text
@@ -434,12 +435,16 @@ class GateOptions:
     fail_on: Annotated[
         OptStr, opt("--fail-on", "regressed (default), any or never: as in mlb compare.")
     ] = None
+    allow: AllowOpt = None
 
 
 @command("gate", on=history_app)
 def gate_command(common: CommonOptions, o: GateOptions) -> None:
     """Judge NEW against the last K comparable baselines of its branch (pooled, the spread
     between them measured as noise) with mlb compare's judge.
+
+    The baselines are always one workload (the fingerprint holds the workload identity); with
+    --allow KEY, the newest series that differs from NEW in the allowed keys only.
 
     Exit codes as mlb compare: 0 passed, 1 regression, 2 bad input, 3 not comparable or nothing
     comparable in history.
@@ -452,7 +457,9 @@ def gate_command(common: CommonOptions, o: GateOptions) -> None:
     overrides = {"compare.threshold": o.threshold, "compare.fail_on": o.fail_on}
 
     def measure(cfg: Config, ui: Ui) -> Result:
-        run = hist.gate(o.new, cfg, last=o.last, branch=o.branch, progress=ui.progress)
+        run = hist.gate(
+            o.new, cfg, last=o.last, branch=o.branch, progress=ui.progress, allow=o.allow or ()
+        )
         ids = ", ".join(f"#{e.id}" for e in run.baselines)
         ui.print(f"[dim]baselines ({escape(run.branch or 'any branch')}): {ids}[/dim]")
         for why in run.skipped:

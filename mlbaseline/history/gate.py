@@ -6,14 +6,23 @@ the sittings, then judged by :func:`mlbaseline.comparison.compare_results` — t
 compare`, not a second one. Pooled that way, the spread *between* the K sittings is the
 measured between-process noise the comparison's threshold and its in-process rule use (see
 :mod:`mlbaseline.comparison.noise`), so a change has to stand out of the history's own noise.
+
+The fingerprint holds the workload identity, so the K baselines are always one workload. With
+`--allow KEY` the series is that of the newest earlier record equal to NEW on every blocking key
+but the allowed ones (NEW's own series when it has one): still one workload, never two pooled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mlbaseline.comparison import Comparison, compare_results
+from mlbaseline.comparison.matching import (
+    comparable_blocking,
+    environment_differences,
+    split_allowed,
+)
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import NotComparableError
 from mlbaseline.history.record import Record, parse_body
@@ -79,21 +88,61 @@ def load_documents(
     return loaded, skipped
 
 
+def check_allow(new: Result, allow: Sequence[str]) -> None:
+    """--allow KEY names a blocking key (known, or one of NEW's own), else ConfigError (exit 2)
+    before the history is searched: a typo is bad input, not 'nothing comparable'."""
+    own = comparable_blocking(new.environment, new.config)
+    split_allowed([{"key": k, "old": None, "new": v} for k, v in own.items()], allow)
+
+
+def allowed_series(
+    store: Store, new: Record, result: Result, branch: str | None, allow: Sequence[str]
+) -> str:
+    """The fingerprint of the series NEW is gated against: its own, or with --allow KEY that of
+    the newest earlier record whose blocking keys differ from NEW's in allowed keys only, or
+    not at all (NEW's own series). One document is read per fingerprint, newest first."""
+    if not allow:
+        return new.fingerprint
+    q = Query(kind=new.kind, branch=branch)
+    seen: set[str] = set()
+    for e in reversed(earlier_complete(store, q, new.created_at, lambda e: e.sha256 != new.sha256)):
+        if e.fingerprint == new.fingerprint:
+            return e.fingerprint
+        if e.fingerprint in seen:
+            continue
+        seen.add(e.fingerprint)
+        loaded, _ = load_documents(store, [e])
+        if loaded and not split_allowed(environment_differences(loaded[0][1], result)[0], allow)[0]:
+            return e.fingerprint
+    return new.fingerprint
+
+
 def baselines_for(
-    store: Store, new: Record, last: int, branch: str | None
+    store: Store, new: Record, last: int, branch: str | None, fingerprint: str | None = None
 ) -> tuple[list[Entry], str]:
-    """The last `last` comparable records before `new` (on `branch` when given), oldest
-    first, and the words that describe what was looked for."""
-    q = Query(kind=new.kind, fingerprint=new.fingerprint, branch=branch)
+    """The last `last` comparable records before `new` (on `branch` when given; of the series
+    `fingerprint`, default NEW's own), oldest first, and the words that describe what was
+    looked for."""
+    fingerprint = fingerprint or new.fingerprint
+    q = Query(kind=new.kind, fingerprint=fingerprint, branch=branch)
     found = earlier_complete(store, q, new.created_at, lambda e: e.sha256 != new.sha256)
-    where = f"kind {new.kind}, fingerprint {new.fingerprint[:12]}"
+    where = f"kind {new.kind}, fingerprint {fingerprint[:12]}"
     where += f", branch {branch}" if branch else ", any branch (none detected)"
     return found[-last:], where
 
 
-def gate_input(store: Store, new: Record, last: int, branch: str | None) -> GateInput:
-    """The pooled baseline for `new`; NotComparableError (exit 3) when history has none."""
-    entries, where = baselines_for(store, new, last, branch)
+def gate_input(
+    store: Store,
+    new: Record,
+    last: int,
+    branch: str | None,
+    result: Result | None = None,
+    allow: Sequence[str] = (),
+) -> GateInput:
+    """The pooled baseline for `new` (`result`: its parsed document, needed with `allow`);
+    NotComparableError (exit 3) when history has none."""
+    series = allowed_series(store, new, result, branch, allow) if result is not None else None
+    entries, where = baselines_for(store, new, last, branch, series)
     loaded, skipped = load_documents(store, entries)
     if not loaded:
         raise NotComparableError(
@@ -105,7 +154,12 @@ def gate_input(store: Store, new: Record, last: int, branch: str | None) -> Gate
 
 
 def judge(
-    new: Result, gate: GateInput, cfg: CompareConfig, new_label: str, progress: Progress
+    new: Result,
+    gate: GateInput,
+    cfg: CompareConfig,
+    new_label: str,
+    progress: Progress,
+    allow: Sequence[str] = (),
 ) -> Comparison:
     ids = ", ".join(f"#{e.id}" for e in gate.baselines)
     return compare_results(
@@ -115,7 +169,8 @@ def judge(
         old_label=f"history ({len(gate.baselines)} baselines: {ids})",
         new_label=new_label,
         progress=progress,
+        allow=allow,
     )
 
 
-__all__ = ["GateInput", "baselines_for", "gate_input", "judge"]
+__all__ = ["GateInput", "allowed_series", "baselines_for", "check_allow", "gate_input", "judge"]

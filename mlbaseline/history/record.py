@@ -1,9 +1,10 @@
 """What the history keeps of one result file: a :class:`Record` built from the file's bytes.
 
-The comparability fingerprint is the SHA-256 of the result's blocking environment keys
-(`environment["blocking"]`: device, torch, CUDA, GPU, CPU model on CPU runs, golden parameters,
-workload options, subset hash — the keys `mlb compare` refuses to compare across), so two
-records with the same kind and fingerprint are a series `mlb compare` would accept. Git
+The comparability fingerprint is the SHA-256 of the result's blocking keys as `mlb compare`
+reads them (`environment["blocking"]`: device, torch, CUDA, GPU, CPU model on CPU runs, golden
+parameters, workload options, subset hash and the workload identity — rebuilt from the config
+of a result written before it was a fingerprint key), so two records with the same kind and
+fingerprint are a series `mlb compare` would accept, and two workloads never share one. Git
 commit / branch / dirty are detected from the working directory (or `MLB_GIT_COMMIT` /
 `MLB_GIT_BRANCH`, for CI checkouts on a detached HEAD) and never required.
 """
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from mlbaseline.comparison.matching import comparable_blocking
 from mlbaseline.results import Metric, Result, parse_result, read_result_bytes, utc_now
 
 # the CI level of each metric's median in the store (what `trend` draws as its band)
@@ -97,7 +99,9 @@ def canonical_hash(obj: Any) -> str:
 
 
 def fingerprint_hash(result: Result) -> str:
-    return canonical_hash((result.environment or {}).get("blocking") or {})
+    """The series key: compare's blocking keys (comparable_blocking), so an old record and a new
+    one of the same workload hash alike (schema migration 3 recomputes stored ones with this)."""
+    return canonical_hash(comparable_blocking(result.environment, result.config))
 
 
 def _git(args: list[str], cwd: Path) -> str | None:

@@ -6,6 +6,10 @@ Schema history (each migration is applied once, in order, and recorded in `mlb_s
   `documents` (the result file's exact bytes, zlib-compressed, so a team store is complete
   without the machine that wrote the file).
 - 2: indexes for the series queries of `trend`, `check` and `gate`.
+- 3: every record's fingerprint recomputed from its stored document with today's rule
+  (`record.fingerprint_hash`): the workload identity (dataset, image size, classes, batch
+  sizes, …) joined the blocking keys, taken from the config of a result written before, so an
+  old record and a new one of one workload stay one series and two workloads are split.
 
 A store whose `mlb_schema` records a version above :data:`LATEST` was written by a newer mlb:
 it is refused, never downgraded or touched.
@@ -13,11 +17,14 @@ it is refused, never downgraded or touched.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateTable
+
+from mlbaseline.history.record import fingerprint_hash, parse_body
 
 metadata = sa.MetaData()
 
@@ -96,10 +103,29 @@ def _v2(conn: Connection) -> None:
         index.create(conn)
 
 
+def _v3(conn: Connection) -> None:
+    # one document at a time (a team store holds thousands); the rule is the live one, so a
+    # later change of the fingerprint rule needs a migration of its own, as this one is
+    ids = conn.execute(sa.select(results.c.id, results.c.fingerprint)).all()
+    for rid, old in ids:
+        body = conn.execute(
+            sa.select(documents.c.body).where(documents.c.result_id == rid)
+        ).scalar()
+        if body is None:
+            continue
+        try:
+            new = fingerprint_hash(parse_body(zlib.decompress(body), f"history #{rid}"))
+        except Exception:  # one unreadable document keeps its fingerprint, never stops the upgrade
+            continue
+        if new != old:
+            conn.execute(results.update().where(results.c.id == rid).values(fingerprint=new))
+
+
 # version -> (name, step); a new schema is a new entry at the end, never an edit of an old one
 MIGRATIONS: dict[int, tuple[str, Callable[[Connection], None]]] = {
     1: ("results, metrics and documents", _v1),
     2: ("indexes for series queries", _v2),
+    3: ("fingerprints with the workload identity", _v3),
 }
 LATEST = max(MIGRATIONS)
 

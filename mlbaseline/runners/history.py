@@ -19,7 +19,7 @@ from typing import Any
 
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError, NotComparableError, UsageError
-from mlbaseline.history.gate import gate_input, judge
+from mlbaseline.history.gate import check_allow, gate_input, judge
 from mlbaseline.history.record import GitInfo, Record, detect_git, record_file, record_of
 from mlbaseline.history.series import Series, build_series, check_row, check_series, trend_rows
 from mlbaseline.history.store import (
@@ -314,21 +314,24 @@ def gate(
     last: int | None = None,
     branch: str | None = None,
     progress: Progress | None = None,
+    allow: Sequence[str] = (),
 ) -> GateRun:
-    """NEW against the last K comparable baselines of its branch (see history.gate)."""
+    """NEW against the last K comparable baselines of its branch (see history.gate); with
+    `allow` (--allow KEY), against the series that differs from NEW in those keys only."""
     from mlbaseline.comparison import COMPARABLE_KINDS, to_result
 
     progress = progress or NullProgress()
     body = read_result_bytes(new_path)  # read once: parsed here, hashed for the record
     new = parse_result(body, str(new_path), kinds=COMPARABLE_KINDS)
     rec = record_of(new, body, new_path, GitInfo())
+    check_allow(new, allow)
     try:
         with opened(cfg) as store:
             branch = branch or _branch_of(store, rec)
-            inputs = gate_input(store, rec, last or cfg.history.gate_last, branch)
+            inputs = gate_input(store, rec, last or cfg.history.gate_last, branch, new, allow)
     except StoreMissingError as exc:
         raise NotComparableError(f"nothing comparable in history: {exc.message}") from None
-    comparison = judge(new, inputs, cfg.compare, str(new_path), progress)
+    comparison = judge(new, inputs, cfg.compare, str(new_path), progress, allow)
     result = to_result(comparison, cfg.to_dict())
     result.data["history"] = {
         "baselines": [e.id for e in inputs.baselines],
