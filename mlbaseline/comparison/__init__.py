@@ -12,18 +12,19 @@ No torch and no I/O here (the runner loads the files). The pieces, in order:
    old median (no ratio) is listed as skipped with the reason. Residuals (``role: residual``)
    are not judged: their median sits near 0 and may be negative, so a ratio means nothing;
    they appear in the attribution instead.
-3. **Unit of comparison.** When both sides have at least ``min_replicates`` distinct replicate
-   ids (fresh processes, ``--repeats``) for a metric, the per-replicate medians are compared;
-   otherwise the in-process samples, with a warning that process-to-process noise is not
-   covered. In-process samples alone never give regressed/improved: without a measured
-   between-process noise (no side with 2 replicates) such a verdict is inconclusive; with one,
-   the change must exceed its noise bar (see :mod:`.noise`). Every count recommended (--repeats,
-   `need ~N repl./side`) can reach p < alpha/k, Holm's first step over the k judged metrics.
-4. **Verdicts** (:func:`mlbaseline.stats.compare_samples`): two-sided Mann-Whitney U, Holm over
-   all judged metrics, AND the seeded bootstrap CI of the ratio of medians beyond the practical
-   threshold. Thresholds: max(floor, measured between-process noise), the floor being
-   ``compare.thresholds`` by exact metric name, then by glob pattern (``latency.*.request``),
-   else ``compare.threshold``; each metric records which of the two it used.
+3. **Unit of comparison.** One figure per fresh process (its median; a side without replicate
+   ids ran in one process). When at least one side has ``min_replicates`` (2) processes, their
+   figures are compared; with one process a side nothing measured the noise between processes:
+   the figures are shown (from the in-process samples) and the verdict is "insufficient data",
+   which ``--fail-on any`` fails on and the headline names.
+4. **Verdicts** (:func:`mlbaseline.stats.compare_samples`, deciding through
+   :func:`mlbaseline.stats.decision.decide`, the one decision function of compare, the history
+   gate, ab and the report): Student's t on the logs of the process figures (pooled variance;
+   the Mann-Whitney U test from 12 a side), after **gatekeeping** — each group's total (the
+   step) first, Holm among the totals at the full alpha, then its stages and rate, Holm among
+   them — AND the CI of the ratio beyond the practical threshold:
+   ``max(compare.threshold(s) floor, the history's between-sitting bar)``; each metric records
+   which it used, and the smallest change it could have seen (MDE, both gates at 80% power).
 5. **Attribution**, per group with a ``role: total`` metric (see "Metric naming" in the rules):
    each stage's delta = median(new) − median(old) of that stage, with a percentile-bootstrap CI
    of that *difference of medians* (both sides resampled independently; old and new are

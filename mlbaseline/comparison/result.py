@@ -11,6 +11,7 @@ from mlbaseline.formatting import interval_percent as _interval_pct
 from mlbaseline.formatting import p_value
 from mlbaseline.formatting import signed_percent as _pct
 from mlbaseline.results import Check, Result
+from mlbaseline.stats.decision import INSUFFICIENT
 
 
 def to_result(comparison: Comparison, config: dict[str, Any]) -> Result:
@@ -24,7 +25,7 @@ def to_result(comparison: Comparison, config: dict[str, Any]) -> Result:
         name = m["metric"]
         if name in failing:
             status = "fail"
-        elif m["verdict"] in ("regressed", "inconclusive"):
+        elif m["verdict"] in ("regressed", "inconclusive", INSUFFICIENT):
             status = "warn"
         else:
             status = "pass"
@@ -54,8 +55,8 @@ def to_result(comparison: Comparison, config: dict[str, Any]) -> Result:
 def verdict_text(m: Mapping[str, Any]) -> str:
     """'regressed +6.0% [4.9, 7.1], p=<0.001' / 'inconclusive (MDE 4.2%, ~120 samples/side)'."""
     ci = _interval_pct([_minus1(m["ci_low"]), _minus1(m["ci_high"])])
-    text = f"{m['verdict']} {_pct(m['change'])} {ci}, p(Holm)={p_value(m['p_adjusted'])}"
-    if m.get("reason"):  # an in-process verdict held back (see comparison.noise)
+    text = f"{m['verdict']} {_pct(m['change'])} {ci}, p(adj.)={p_value(m['p_adjusted'])}"
+    if m.get("reason"):  # no verdict of its own: one process a side, or its step did not move
         return f"{text} ({m['reason']})"
     if m["verdict"] == "inconclusive" and m.get("samples_needed"):
         unit = "replicates" if m.get("basis") == "replicates" else "samples"
