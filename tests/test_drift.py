@@ -122,6 +122,8 @@ def test_uniform_mid_run_slowdown_is_machine_drift_not_a_regression():
         1.5 ** (7 / 8), rel=0.03
     )
     assert "machine_drift" in {w["code"] for w in raw.warnings} and not raw.failing()
+    # not a silent pass: the first line says why the step has no regressed verdict
+    assert "signature of machine drift" in raw.to_dict()["headline"]["text"]
     # with the control: it moved ×1.5 too, so the verdicts use drift-adjusted deltas
     c = cmp.compare_results(old, new, CFG)
     drift = 1.5 ** (7 / 8)  # 7 of 8 processes: the ratio of geometric means

@@ -57,7 +57,8 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     if m["verdict"] == INSUFFICIENT:
         tail = f"{INSUFFICIENT}: {m.get('reason') or 'one process a side'}"
     else:
-        tail = f"{m['verdict']}; {_sees(m)} ({procs[0]} vs {procs[1]} processes)"
+        why = f" ({m['reason']})" if m.get("reason") else ""  # e.g. the drift signature
+        tail = f"{m['verdict']}{why}; {_sees(m)} ({procs[0]} vs {procs[1]} processes)"
     text = f"{m['metric']} {_change(m)}, {tail}"
     others = [x["verdict"] for x in metrics if x.get("role") == "total" and x is not m]
     if others:
