@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlbaseline import comparison as cmp
-from mlbaseline.comparison.noise import SOURCE_SITTINGS, level_of, result_noise
+from mlbaseline.comparison.noise import SOURCE_FLOOR, SOURCE_SITTINGS, level_of, result_noise
 from mlbaseline.config import CompareConfig, Config
 from mlbaseline.history import sittings as hs
 from mlbaseline.history.record import GitInfo
@@ -86,8 +86,10 @@ def test_cross_sitting_mde_adds_the_sitting_term():
     alone = noise.relative_mde(0.012, 5, 0.012, 5, 0.05 / 8)
     assert noise.cross_sitting_mde(comp, 0.0, 0.05 / 8) == pytest.approx(alone)
     with_sit = noise.cross_sitting_mde(comp, 0.02, 0.05 / 8)
-    sd = math.sqrt(0.012**2 / 5 + 0.02**2)
-    assert with_sit == pytest.approx(noise.relative_mde(sd, 1, sd, 1, 0.05 / 8))
+    # the process terms of both sides plus twice the sitting variance, at the processes' dof
+    extra = 2 * 0.02**2
+    expect = noise.relative_mde(0.012, 5, 0.012, 5, 0.05 / 8, extra_var=extra)
+    assert with_sit == pytest.approx(expect) and with_sit > alone
     assert with_sit > 3 * alone
 
 
@@ -194,7 +196,7 @@ def test_level_threshold_and_mde_follow_the_sitting_noise():
     lv = level_of(ma, mb, "replicates", 0.03, sitting=0.02)
     assert lv.sitting_bar == pytest.approx(1.959964 * math.sqrt(2) * 0.02, rel=1e-5)
     assert lv.threshold == lv.sitting_bar and lv.source == SOURCE_SITTINGS
-    assert lv.replicate_mde(0.05) > plain.replicate_mde(0.05)
+    assert plain.threshold == 0.03 and plain.source == SOURCE_FLOOR
     assert lv.to_dict(0.95)["between_sitting_noise"] == 0.02
     assert level_of(ma, mb, "replicates", 0.03, sitting=0.001).threshold == 0.03
 
@@ -214,6 +216,9 @@ def test_compare_across_noisy_sittings_is_not_a_regression():
     assert row["verdict"] != "regressed"
     assert row["threshold_source"] == SOURCE_SITTINGS
     assert SOURCE_SITTINGS in shown.threshold_text(honest.to_dict())
+    # the MDE a comparison states grows with the sitting noise (its CI must clear the bar)
+    blind_row = {m.name: m.to_dict() for m in blind.metrics}[STEP]
+    assert row["mde"] > blind_row["mde"] > row["threshold"] - 0.03
     # a change well beyond the sitting bar is still seen
     big = sitting(rng, 1.12, processes=8, between=0.003)
     seen = cmp.compare_results(old, _with_sitting_sd(big, 0.02), cfg)

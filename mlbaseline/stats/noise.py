@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from mlbaseline.stats import decision
+import mlbaseline.stats.decision as decision
 
 POWER = 0.8  # the power every MDE in mlb is stated at
 MAX_REPLICATES = 10_000  # search cap of replicates_reachable / replicates_for_mde

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mlbaseline.stats import decision
+import mlbaseline.stats.decision as decision
 from mlbaseline.stats.core import DEFAULT_SEED, _sps, holm, median_ci, z_value
 
 # The practical threshold for paired ratios: 1 %, not compare's 3 %. Separate runs need a ±3 %

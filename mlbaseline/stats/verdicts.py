@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from mlbaseline.stats import decision
+import mlbaseline.stats.decision as decision
 from mlbaseline.stats.core import (
     DEFAULT_SEED,
     DEFAULT_THRESHOLD,
