@@ -4,9 +4,13 @@ No torch and no I/O here (the runner loads the files). The pieces, in order:
 
 1. **Comparability.** Every key of ``environment["blocking"]`` (GPU model, driver major, CUDA,
    cuDNN, torch, device, dtype, CPU model on CPU runs, the golden parameters, the subset
-   manifest hash) must be equal on both sides, else :class:`NotComparableError` (exit 3) with
-   the diff, unless ``allow_mismatch`` — then every verdict is marked. Informational keys and
-   config values that differ are listed, never blocking.
+   manifest hash) and of the workload identity (``config.WORKLOAD_IDENTITY_KEYS``: dataset,
+   image size / sequence shape, classes, batch sizes, data pipeline; rebuilt from the config
+   of a result that predates them) must be equal on both sides, else
+   :class:`NotComparableError` (exit 3) naming each key, unless ``allow`` names it (then it is
+   listed as an allowed difference) or ``allow_mismatch`` — then every verdict is marked.
+   Informational keys and config values that differ are listed, never blocking; model, loss
+   and optimizer (the change under test) on a line of their own.
 2. **Matching.** Metrics are matched by name; names on one side only are listed, not compared.
    A metric whose unit or direction changed, that has no samples, negative values, or a zero
    old median (no ratio) is listed as skipped with the reason. Residuals (``role: residual``)
