@@ -20,13 +20,9 @@ share, peak memory).
 from __future__ import annotations
 
 import contextlib
-import json
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +47,14 @@ from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.measure.timers import make_timer
 from mlbaseline.measure.trace import trace_session
 from mlbaseline.progress import NullProgress, Progress
-from mlbaseline.results import Check, Result, result_from_dict
+from mlbaseline.results import Check, Result
+from mlbaseline.runners.children import (  # re-exported: they lived here first
+    CHILD_PREFIX,
+    ChildRun,
+    child_command,
+    run_child,
+    write_child_config,
+)
 from mlbaseline.runners.replicate_plan import Plan, decide, message, plan_for, total_medians
 from mlbaseline.runners.sweep import (
     SweepState,
@@ -454,99 +457,6 @@ def _run_once(
 # ---------------------------------------------------------------- replicates
 
 
-# One fresh `mlb throughput --json --quiet` process, the one implementation behind
-# `--repeats` (here) and `mlb ab --processes` (runners.ab_process).
-
-CHILD_PREFIX = (sys.executable, "-m", "mlbaseline")  # this interpreter, this mlbaseline
-
-
-@dataclass(frozen=True)
-class ChildRun:
-    """What one fresh process gave: its parsed result (None when it printed none), the last
-    line of its stderr (or its exit code), its exit code, and whether Ctrl-C reached it."""
-
-    result: Result | None
-    error: str
-    returncode: int
-    interrupted: bool
-
-
-def write_child_config(
-    cfg: Config,
-    directory: Path,
-    name: str = "config.yaml",
-    *,
-    changes_only: bool = False,
-    **throughput: Any,
-) -> Path:
-    """The config a child runs: `cfg` as one process (repeats 1, no telemetry: the parent's
-    sampler, if any, watches), with `throughput` fields on top; written as YAML into
-    `directory`. `changes_only`: only the profile's name and the fields where `cfg` differs
-    from that profile, so that another checkout (whose config may lack fields added since)
-    resolves it with its own profile and defaults filling the rest."""
-    import yaml
-
-    child = _changes_from_profile(cfg) if changes_only else cfg.to_dict()
-    child["throughput"] = {
-        **child.get("throughput", {}),
-        "repeats": 1,
-        "telemetry": False,
-        **throughput,
-    }
-    path = directory / name
-    path.write_text(yaml.safe_dump(child, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def _changes_from_profile(cfg: Config) -> dict[str, Any]:
-    from mlbaseline.config import deep_merge, flatten, nest, resolve
-
-    base = flatten(resolve(None, cfg.profile).to_dict())
-    out: dict[str, Any] = {"profile": cfg.profile}
-    for key, value in flatten(cfg.to_dict()).items():
-        if key != "profile" and (key not in base or base[key] != value):
-            out = deep_merge(out, nest(key, value))
-    return out
-
-
-def child_command(config_path: Path, prefix: Sequence[str] = CHILD_PREFIX) -> list[str]:
-    """`PREFIX throughput -c CONFIG --json --quiet`; PREFIX runs mlbaseline (another
-    interpreter or checkout's `python -m mlbaseline`, or its `mlb`)."""
-    return [*prefix, "throughput", "-c", str(config_path), "--json", "--quiet"]
-
-
-def run_child(
-    cmd: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
-) -> ChildRun:
-    """Run one child (in `cwd`, with `env` as its whole environment; None: this process's);
-    on Ctrl-C give the child (which got the SIGINT too) time to write its partial result, and
-    pass SIGINT on if it did not."""
-    proc = subprocess.Popen(
-        list(cmd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env=None if env is None else dict(env),
-    )
-    interrupted = False
-    try:
-        out, err = proc.communicate()
-    except KeyboardInterrupt:
-        interrupted = True
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                out, err = proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-    tail = (err.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-    return ChildRun(_parse_child(out), tail, proc.returncode, interrupted)
-
-
 def run_replicates(
     cfg: Config,
     progress: Progress,
@@ -661,15 +571,6 @@ def replicates_result(config: dict[str, Any], children: list[Result]) -> Result:
     pool_replicates(result, children)
     finish_result(result)
     return result
-
-
-def _parse_child(out: str) -> Result | None:
-    if not out.strip():
-        return None
-    try:
-        return result_from_dict(json.loads(out), "replicate")
-    except (ValueError, MlbError):
-        return None
 
 
 __all__ = [
