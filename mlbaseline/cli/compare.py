@@ -57,7 +57,8 @@ def _verdict_cell(r: dict[str, str], notes: Notes) -> str:
     """The verdict word (and † when compared across a blocking difference) in the cell; its
     reason, e.g. `need ~437 repl./side`, as a numbered note under the table."""
     text = r["verdict"].removesuffix(" †")
-    cell = r["status"] + r["verdict"][len(text) :]
+    # "insufficient data" would not fit an 80-column table: its first word, the reason below
+    cell = r["status"].split()[0] + r["verdict"][len(text) :]
     reason = text[len(r["status"]) :].strip().removeprefix("(").removesuffix(")")
     if reason:
         cell += f" {escape(notes.mark(reason))}"
