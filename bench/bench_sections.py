@@ -529,4 +529,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "time": time_to_result,
     "api": api_overhead,
     "history": history,
+    "verdicts": __import__("bench_verdicts").verdicts,  # issue 24: bench/bench_verdicts.py
 }
