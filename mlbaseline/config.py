@@ -199,6 +199,17 @@ class ThroughputConfig:
         120.0, "auto replicates: no new replicate once it would end past this many seconds.", gt=0
     )
     max_repeats: int = _f(10, "auto replicates: at most this many.", min=1)
+    replicate_start: str = _f(
+        "fresh",
+        "How each replicate process starts: fresh (a new interpreter each) or fork (forked from "
+        "a helper that imported torch and mlb once: a replicate costs its measurement, not "
+        "seconds of imports; bench `replicates`: 1.35x the replicates a minute on the demo). "
+        "Not the default: that A/A, on a busy machine, found forked processes' spread at 0.6 "
+        "of fresh ones' in variance (F-test p 0.06-0.10, paired p < 0.001), and replicates "
+        "that agree more than fresh processes would make a comparison anti-conservative. fork "
+        "falls back to fresh for nproc > 1 and where os.fork is missing.",
+        choices=("fresh", "fork"),
+    )
     telemetry: bool = _f(True, "Run the telemetry sampler while measuring.")
     control_every: int = _f(
         8,

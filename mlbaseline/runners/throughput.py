@@ -46,7 +46,7 @@ from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, free_memory
 from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.measure.timers import make_timer
 from mlbaseline.measure.trace import trace_session
-from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.progress import NullProgress, Progress, Task
 from mlbaseline.results import Check, Result
 from mlbaseline.runners.children import (  # re-exported: they lived here first
     CHILD_PREFIX,
@@ -55,6 +55,7 @@ from mlbaseline.runners.children import (  # re-exported: they lived here first
     run_child,
     write_child_config,
 )
+from mlbaseline.runners.forkserver import launcher
 from mlbaseline.runners.replicate_plan import Plan, decide, message, plan_for, total_medians
 from mlbaseline.runners.sweep import (
     SweepState,
@@ -465,43 +466,24 @@ def run_replicates(
     telemetry_name: str = "telemetry.csv",
     sampler: TelemetrySampler | None = None,
 ) -> Result:
-    """`repeats` fresh processes (`python -m mlbaseline throughput --json`), pooled: every value
-    keeps its replicate id. One telemetry sampler here watches all of them."""
+    """`repeats` child processes (`python -m mlbaseline throughput --json`: forked from a
+    zygote or fresh, `throughput.replicate_start`), pooled: every value keeps its replicate
+    id. One telemetry sampler here watches all of them."""
     n, plan, _ = plan_for(cfg.throughput)
-    walls: list[float] = []
-    device, result = _prepare(cfg, probe)
-    tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
-    account = CpuAccount(cfg.throughput.contamination_cores)  # children are our own tree
-    children: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="mlb-replicates-") as tmp:
-        config_path = write_child_config(cfg, Path(tmp))
+    # the zygote starts first: its imports overlap this process's preparation
+    with launcher(cfg.throughput, run_child) as (launch, started):
+        device, result = _prepare(cfg, probe)
+        tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
+        account = CpuAccount(cfg.throughput.contamination_cores)  # children are our own tree
+        label = f"replicates ({started['start']} processes, {device})"
         with (
+            tempfile.TemporaryDirectory(prefix="mlb-replicates-") as tmp,
             tele if owned else contextlib.nullcontext(),
-            progress.task(f"replicates (fresh processes, {device})", total=n) as task,
+            progress.task(label, total=n) as task,
         ):
-            for r in range(n):
-                start = time.perf_counter()
-                with account.phase(f"replicate {r}"):
-                    run = run_child(child_command(config_path))
-                walls.append(time.perf_counter() - start)
-                doc = run.result
-                if doc is None and r == 0 and run.returncode == ExitCode.BAD_INPUT:
-                    # bad input (a config, a model that cannot be imported) is the same in
-                    # every replicate: say it once, as this process would have, exit 2
-                    raise UsageError(run.error.removeprefix("Error: "))
-                if doc is None:
-                    if run.interrupted:
-                        result.mark("interrupted", f"Ctrl-C during replicate {r}")
-                    else:
-                        result.mark("failed", f"replicate {r} produced no result: {run.error}")
-                    break
-                children.append(doc)
-                task.advance()
-                if run.interrupted or doc.status == "interrupted":
-                    result.mark("interrupted", f"Ctrl-C during replicate {r}")
-                    break
-                if plan is not None and _enough(result, plan, children, walls):
-                    break
+            command = child_command(write_child_config(cfg, Path(tmp)))
+            children = _replicates(result, plan, n, lambda: launch(command), account, task)
+    result.data["replicate_start"] = started
     pool_replicates(result, children)
     # one account of the whole tree from here replaces each child's view of itself
     result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
@@ -511,6 +493,44 @@ def run_replicates(
     finish_result(result)
     _between_sittings(result, cfg, plan)
     return result
+
+
+def _replicates(
+    result: Result,
+    plan: Plan | None,
+    n: int,
+    run_one: Callable[[], ChildRun],
+    account: CpuAccount,
+    task: Task,
+) -> list[Result]:
+    """Up to `n` replicates, one after another, until the plan stops them, one fails or Ctrl-C
+    comes (`result` is marked); the results of those that gave one."""
+    walls: list[float] = []
+    children: list[Result] = []
+    for r in range(n):
+        start = time.perf_counter()
+        with account.phase(f"replicate {r}"):
+            run = run_one()
+        walls.append(time.perf_counter() - start)
+        doc = run.result
+        if doc is None and r == 0 and run.returncode == ExitCode.BAD_INPUT:
+            # bad input (a config, a model that cannot be imported) is the same in every
+            # replicate: say it once, as this process would have, exit 2
+            raise UsageError(run.error.removeprefix("Error: "))
+        if doc is None:
+            if run.interrupted:
+                result.mark("interrupted", f"Ctrl-C during replicate {r}")
+            else:
+                result.mark("failed", f"replicate {r} produced no result: {run.error}")
+            break
+        children.append(doc)
+        task.advance()
+        if run.interrupted or doc.status == "interrupted":
+            result.mark("interrupted", f"Ctrl-C during replicate {r}")
+            break
+        if plan is not None and _enough(result, plan, children, walls):
+            break
+    return children
 
 
 def _between_sittings(result: Result, cfg: Config, plan: Plan | None) -> None:
