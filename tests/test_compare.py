@@ -301,7 +301,8 @@ def test_thresholds_per_metric_exact_and_glob():
     cfg = CompareConfig(n_resamples=500, thresholds={"train.bs64.step": 0.10})
     c = cmp.compare_results(training_result(rng), training_result(rng, slow="backward"), cfg)
     step = next(m for m in c.metrics if m.name == f"{GROUP}.step")
-    assert step.stat.threshold == 0.10 and step.verdict == "unchanged"
+    assert step.stat.threshold == 0.10 and step.verdict == "inconclusive"
+    assert "inside the ±10.0% band" in step.reason  # a real change below the band: said so
     with pytest.raises(ConfigError, match=r"compare\.thresholds\.x"):
         cmp.compare_results(
             training_result(rng), training_result(rng), CompareConfig(thresholds={"x": 3.0})

@@ -184,3 +184,23 @@ def test_a_control_beyond_the_threshold_adjusts_and_both_figures_are_shown() -> 
     md = shown.render_markdown(doc)
     assert "Δ% drift-adj. ‡" in md
     assert "drift-adjusted" in doc["headline"]["text"]
+
+
+def test_never_unchanged_when_the_ci_excludes_zero() -> None:
+    """The bench `verdicts` case: a busy history raised the sitting bar to ±28%, and a +10%
+    step whose CI was [+14%, +19%] was called "unchanged". A CI that excludes 0 is a change:
+    below the band it is inconclusive, and says why."""
+    rng = np.random.default_rng(31)
+    quiet = sim.Noise(between=0.01, sitting=0.0)
+    old, new = (
+        sim.fixed(rng, 8, noise=quiet),
+        sim.fixed(rng, 8, sim.slowed(["forward"], 1.1), quiet),
+    )
+    for r in (old, new):
+        r.data["noise"] = {STEP: {"sittings": {"between_sd": 0.10, "sittings": 6}}}
+    doc = compare(old, new)
+    step = metric(doc, STEP)
+    assert step["threshold"] > 0.25 and step["ci_low"] > 1.0  # inside the band, excludes 1
+    assert step["verdict"] == "inconclusive"
+    assert "its CI excludes 0" in step["reason"] and "band" in step["reason"]
+    assert "inconclusive (moved +" in doc["headline"]["text"]

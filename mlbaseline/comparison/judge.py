@@ -268,6 +268,12 @@ def _reason(
         )
     if row.gated:
         return f"not tested: {gate_of.get(row.metric)} did not move (the step is judged first)"
+    ci = (row.ratio, row.ci_low, row.ci_high)
+    if row.verdict == "inconclusive" and stats.decision.below_band(ci, row.threshold):
+        return (
+            f"moved {row.change:+.1%} (its CI excludes 0) but inside the ±{row.threshold:.1%} "
+            "band: a change below what this comparison can call"
+        )
     return None
 
 

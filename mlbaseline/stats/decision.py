@@ -60,7 +60,9 @@ def decide(
     - "regressed"/"improved": p_adjusted < alpha AND the whole CI lies beyond the band on that
       side (lower is better: regressed when low > 1+threshold, improved when high <
       1-threshold; mirrored when higher is better);
-    - "unchanged": the whole CI lies inside [1-threshold, 1+threshold];
+    - "unchanged": the whole CI lies inside [1-threshold, 1+threshold] AND includes 1 — a CI
+      that excludes 1 shows a change, if a small one, so it is never called unchanged (a change
+      below the band is "inconclusive", with the reason given by the caller);
     - "inconclusive": anything else, and any CI that is not finite.
     """
     _, lo, hi = ratio_ci
@@ -72,9 +74,16 @@ def decide(
     if significant and (above or below):
         worse = below if higher_is_better else above
         return "regressed" if worse else "improved"
-    if lo >= 1.0 - threshold and hi <= 1.0 + threshold:
+    if lo >= 1.0 - threshold and hi <= 1.0 + threshold and lo <= 1.0 <= hi:
         return "unchanged"
     return "inconclusive"
+
+
+def below_band(ratio_ci: tuple[float, float, float], threshold: float) -> bool:
+    """A CI that excludes 1 but lies inside the band: a change smaller than the threshold."""
+    _, lo, hi = ratio_ci
+    inside = lo >= 1.0 - threshold and hi <= 1.0 + threshold
+    return inside and not lo <= 1.0 <= hi
 
 
 # --------------------------------------------------------------------------- the test
@@ -207,6 +216,7 @@ __all__ = [
     "RANK_MIN",
     "Gated",
     "LogTTest",
+    "below_band",
     "decide",
     "detectable_change",
     "gatekeep",
