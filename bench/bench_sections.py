@@ -529,5 +529,6 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "time": time_to_result,
     "api": api_overhead,
     "history": history,
+    "replicates": __import__("bench_replicates").replicates,  # issue 24.1: fork vs fresh
     "verdicts": __import__("bench_verdicts").verdicts,  # issue 24: bench/bench_verdicts.py
 }
