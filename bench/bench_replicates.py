@@ -135,13 +135,28 @@ def paired(fresh: list[dict[str, Any]], fork: list[dict[str, Any]]) -> dict[str,
     }
 
 
+SEC = "replicates"
+
+
 def rows_of(data: dict[str, Any]) -> list[Row]:
+    fresh, fork = data["fresh"], data["fork"]
+    failed = sum(not r["values"] for r in fresh + fork)
+    load = Row(
+        SEC,
+        "load average (1 min) before / after; replicates without a result",
+        f"{data['load'][0][0]:.2f} / {data['load'][-1][0]:.2f}; {failed}",
+        "info",
+        None,
+    )
+    return [*_cost_rows(data), *_spread_rows(fresh, fork, failed), load]
+
+
+def _cost_rows(data: dict[str, Any]) -> list[Row]:
     fresh, fork, zygote = data["fresh"], data["fork"], data["zygote_s"]
     rate_fresh, rate_fork = per_minute(fresh), per_minute(fork, sum(zygote))
-    sec = "replicates"
-    rows = [
+    return [
         Row(
-            sec,
+            SEC,
             f"replicates per minute, demo train bs16, fresh vs fork ({len(fresh)} each, "
             f"interleaved; fork counts its {len(zygote)} zygote start-ups)",
             f"{rate_fresh:.2f} vs {rate_fork:.2f} (×{rate_fork / rate_fresh:.2f})",
@@ -149,7 +164,7 @@ def rows_of(data: dict[str, Any]) -> list[Row]:
             rate_fork > rate_fresh,
         ),
         Row(
-            sec,
+            SEC,
             "wall per replicate, median fresh / fork; zygote start-up (imports), median",
             f"{secs(float(np.median([r['wall_s'] for r in fresh])))} / "
             f"{secs(float(np.median([r['wall_s'] for r in fork])))}; "
@@ -158,17 +173,18 @@ def rows_of(data: dict[str, Any]) -> list[Row]:
             None,
         ),
     ]
+
+
+def _spread_rows(fresh: list[dict[str, Any]], fork: list[dict[str, Any]], failed: int) -> list[Row]:
     a, b = spread_of(fresh), spread_of(fork)
-    failed = sum(not r["values"] for r in fresh + fork)
     if a is None or b is None:
         few = f"too few replicates with values ({failed} failed)"
-        return [*rows, Row(sec, "A/A", few, "2 a side", False)]
+        return [Row(SEC, "A/A", few, "2 a side", False)]
     f = f_test(b.process_sd, b.processes, a.process_sd, a.processes)
     pm = paired(fresh, fork)
     return [
-        *rows,
         Row(
-            sec,
+            SEC,
             f"A/A, {a.processes} fresh vs {b.processes} forked processes: process_sd (sd of log "
             "per-process medians of the step) / between_sd / within_sd",
             f"fresh {pct(a.process_sd)} / {pct(a.between_sd)} / {pct(a.within_sd)}; fork "
@@ -177,7 +193,7 @@ def rows_of(data: dict[str, Any]) -> list[Row]:
             None,
         ),
         Row(
-            sec,
+            SEC,
             "variance ratio fork/fresh of process_sd² [90% CI]; F-test p (fork quieter, "
             "one-sided) / p (two-sided)",
             f"{f['ratio']:.2f} [{f['ci_low']:.2f}, {f['ci_high']:.2f}]; "
@@ -186,18 +202,11 @@ def rows_of(data: dict[str, Any]) -> list[Row]:
             f["p_lower"] >= ALPHA,
         ),
         Row(
-            sec,
+            SEC,
             f"paired over {pm['pairs']} adjacent pairs: Pitman-Morgan r and p (fork quieter, "
             "one-sided); step median fork/fresh [95% CI]",
             f"r {pm['pm_r']:+.2f}, p {pm['pm_p_lower']:.3f}; ×{pm['level']:.3f} "
             f"[{pm['level_low']:.3f}, {pm['level_high']:.3f}]",
-            "info",
-            None,
-        ),
-        Row(
-            sec,
-            "load average (1 min) before / after; replicates without a result",
-            f"{data['load'][0][0]:.2f} / {data['load'][-1][0]:.2f}; {failed}",
             "info",
             None,
         ),
