@@ -115,8 +115,9 @@ HELPER = textwrap.dedent(
 )
 
 
-def _helper_with_a_running_child() -> tuple[subprocess.Popen[str], int, int]:
-    """A parent process whose forked child sleeps: (it, its zygote's pid, the child's pid)."""
+def _helper_with_a_running_child() -> tuple[subprocess.Popen[str], int, int, Path]:
+    """A parent process whose forked child sleeps: (it, its zygote's pid, the child's pid, the
+    server's folder)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", HELPER],
         stdout=subprocess.PIPE,
@@ -129,24 +130,27 @@ def _helper_with_a_running_child() -> tuple[subprocess.Popen[str], int, int]:
     deadline = time.monotonic() + 10
     while not psutil.Process(zygote).children() and time.monotonic() < deadline:
         time.sleep(0.05)
-    return proc, zygote, psutil.Process(zygote).children()[0].pid
+    folder = Path(psutil.Process(zygote).cmdline()[3])
+    assert folder.is_dir() and folder.name.startswith("mlb-forkserver-")
+    return proc, zygote, psutil.Process(zygote).children()[0].pid, folder
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_a_parent_killed_mid_replicate_leaves_no_zygote_nor_child(how: str) -> None:
-    proc, zygote, child = _helper_with_a_running_child()
+    proc, zygote, child, folder = _helper_with_a_running_child()
     proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
     proc.wait(timeout=10)
     assert _gone(zygote) and _gone(child)  # EOF on the zygote's stdin ended both
+    assert not folder.exists()  # and the zygote removed the server's folder
 
 
 def test_ctrl_c_reaches_the_child_and_the_run_says_interrupted() -> None:
-    proc, zygote, child = _helper_with_a_running_child()
+    proc, zygote, child, folder = _helper_with_a_running_child()
     os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole group
     out, _ = proc.communicate(timeout=30)
     code, interrupted, error = out.split(" ", 2)
     assert code == "1" and interrupted == "True" and "KeyboardInterrupt" in error
-    assert proc.returncode == 0 and _gone(zygote) and _gone(child)
+    assert proc.returncode == 0 and _gone(zygote) and _gone(child) and not folder.exists()
 
 
 def _throughput(**over: object) -> SimpleNamespace:

@@ -69,7 +69,7 @@ class ForkServer:
         try:
             with (self._dir / "zygote.log").open("wb") as log:
                 self._proc = subprocess.Popen(
-                    [self.prefix[0], "-m", ZYGOTE, *preload],
+                    [self.prefix[0], "-m", ZYGOTE, str(self._dir), *preload],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,

@@ -1,14 +1,16 @@
 """The fork server's zygote (runners.forkserver starts it): `python -m mlbaseline.runners.zygote
-MODULE...` imports the MODULEs once (torch, torchvision, mlbaseline's CLI), then forks one child
-per request, which runs `python -m REQUEST_MODULE ARGV...` (runpy, as `-m` does) with its
-stdout and stderr in the request's files, and reports the child's exit code.
+WORKDIR MODULE...` imports the MODULEs once (torch, torchvision, mlbaseline's CLI), then forks
+one child per request, which runs `python -m REQUEST_MODULE ARGV...` (runpy, as `-m` does) with
+its stdout and stderr in the request's files, and reports the child's exit code.
 
 Protocol, one JSON object per line: the parent writes requests on the zygote's stdin
 (`{"op": "run", "module", "argv", "stdout", "stderr", "cwd"}`, and while a child runs
 `{"op": "signal", "signal": N}`); the zygote answers on its stdout (`{"ready": …}` once the
 imports are done, `{"pid": P}` when a child starts, `{"done": P, "returncode": RC}` when it
 ends; RC < 0: killed by signal -RC, as subprocess says it). EOF on stdin (the parent stopped it
-or died, SIGKILL included) ends the zygote, and the running child with it.
+or died, SIGKILL included) ends the zygote, and the running child with it; the zygote then
+removes WORKDIR (the parent's folder for the children's output and the zygote's log), which a
+parent killed outright cannot.
 
 Nothing here may run a torch op or start a thread pool: a fork copies only the forking thread,
 and a pool started before it (torch's OpenMP intra-op pool) is broken in the child. Everything a
@@ -26,6 +28,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import sys
 import time
@@ -196,7 +199,7 @@ def _terminate(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds through _wait's finally: the child goes too
 
 
-def main(preload: list[str]) -> None:
+def main(workdir: str, preload: list[str]) -> None:
     # the protocol pipes move off fds 0/1, so that a stray print while importing cannot
     # corrupt the protocol: fd 1 then writes to the zygote's log (fd 2), fd 0 reads nothing
     in_fd, out_fd = os.dup(0), os.dup(1)
@@ -208,9 +211,11 @@ def main(preload: list[str]) -> None:
     signal.signal(signal.SIGTERM, _terminate)
     _send(out_fd, {"ready": True, "pid": os.getpid(), **_preload(preload)})
     request = serve(Lines(in_fd), out_fd)
-    if request is not None:
+    if request is None:  # the zygote ends
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:  # a forked child
         become(request, (in_fd, out_fd))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1], sys.argv[2:])
