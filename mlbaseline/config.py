@@ -198,7 +198,7 @@ class ThroughputConfig:
     replicates_budget_s: float = _f(
         120.0, "auto replicates: no new replicate once it would end past this many seconds.", gt=0
     )
-    max_repeats: int = _f(10, "auto replicates: at most this many.", min=1)
+    max_repeats: int = _f(20, "auto replicates: at most this many.", min=1)
     replicate_start: str = _f(
         "fresh",
         "How each replicate process starts: fresh (a new interpreter each) or fork (forked from "
@@ -335,7 +335,12 @@ class CompareConfig:
     thresholds: dict[str, float] = _f({}, "Per-metric threshold overrides, by metric name.")
     confidence: float = _f(0.95, "Confidence level of the bootstrap CIs.", gt=0, max=0.9999)
     n_resamples: int = _f(2000, "Bootstrap resamples.", min=100)
-    min_replicates: int = _f(5, "Replicates per side needed to compare at process level.", min=2)
+    min_replicates: int = _f(
+        2,
+        "Fresh processes a side needs for its spread to count as the noise between processes "
+        "(the process-level test); with fewer on both sides: insufficient data.",
+        min=2,
+    )
     fail_on: str = _f("regressed", "Which verdicts exit 1.", choices=("regressed", "any", "never"))
 
 

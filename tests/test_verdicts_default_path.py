@@ -11,7 +11,7 @@ import sim_default_path as sim
 from mlbaseline import comparison as cmp
 from mlbaseline import formatting
 from mlbaseline.comparison.headline import headline_text
-from mlbaseline.config import CompareConfig
+from mlbaseline.config import CompareConfig, ThroughputConfig
 from mlbaseline.report import comparison as shown
 from mlbaseline.results import Metric
 from mlbaseline.runners import replicate_plan as rp
@@ -73,20 +73,28 @@ def test_aa_false_regressions_at_most_5_percent_at_every_count(k: int) -> None:
 
 def test_twenty_percent_one_stage_slowdown_caught_at_the_default_budget() -> None:
     """backward 20% slower (the step ~11%): regressed, with backward named, in >= 90% of seeds,
-    each side taken by the real auto plan at the default budget (120 s, 11 s a replicate)."""
+    each side taken by the real auto plan at the default budget (120 s, max_repeats 20, a fresh
+    replicate of 5.8 s as measured here), at 4% between-process noise (the low end of this
+    machine's 4–8%; docs/VERDICTS.md has 6% and 8%, where the MDE says it cannot)."""
+    cfg = ThroughputConfig()
     rng = np.random.default_rng(24)
     noise = sim.Noise(between=0.04)
-    seeds, caught, counts = 40, 0, set()
+    seeds, caught, counts = 100, 0, []
     for _ in range(seeds):
-        old = sim.auto(rng, noise=noise)
-        new = sim.auto(rng, {"backward": 1.2}, noise=noise)
-        counts.add(len(set(old.measurements[STEP].replicate or [0])))
-        doc = compare(old, new)
-        named = doc["attribution"][0]["named"]
-        caught += (
-            doc["failed"] and metric(doc, STEP)["verdict"] == "regressed" and named == ["backward"]
+        old = sim.auto(
+            rng, noise=noise, budget_s=cfg.replicates_budget_s, max_repeats=cfg.max_repeats
         )
-    assert counts <= set(range(rp.MIN_AUTO, 11))  # the target may stop it from 5; else 10
+        new = sim.auto(rng, {"backward": 1.2}, noise=noise, budget_s=cfg.replicates_budget_s,
+                       max_repeats=cfg.max_repeats)  # fmt: skip
+        counts.append(len(set(old.measurements[STEP].replicate or [0])))
+        doc = compare(old, new)
+        step = metric(doc, STEP)
+        caught += bool(
+            doc["failed"]
+            and step["verdict"] == "regressed"
+            and "backward" in doc["attribution"][0]["named"]
+        )
+    assert min(counts) >= rp.MIN_AUTO and max(counts) == cfg.max_repeats
     assert caught >= 0.9 * seeds, f"caught {caught}/{seeds}"
 
 

@@ -56,7 +56,14 @@ from mlbaseline.runners.children import (  # re-exported: they lived here first
     write_child_config,
 )
 from mlbaseline.runners.forkserver import launcher
-from mlbaseline.runners.replicate_plan import Plan, decide, message, plan_for, total_medians
+from mlbaseline.runners.replicate_plan import (
+    Plan,
+    decide,
+    message,
+    over_budget,
+    plan_for,
+    total_medians,
+)
 from mlbaseline.runners.sweep import (
     SweepState,
     infer_one_size,
@@ -575,6 +582,10 @@ def _enough(result: Result, plan: Plan, children: list[Result], walls: list[floa
     }
     if decision.stop != "target":
         result.warn("repro_target", text, needed=decision.needed)
+    past = over_budget(len(children), walls, plan)
+    if past:
+        result.data["replicate_plan"]["over_budget"] = past
+        result.warn("replicates_budget", past)
     return True
 
 
