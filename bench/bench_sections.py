@@ -531,4 +531,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "history": history,
     "replicates": __import__("bench_replicates").replicates,  # issue 24.1: fork vs fresh
     "verdicts": __import__("bench_verdicts").verdicts,  # issue 24: bench/bench_verdicts.py
+    "power": __import__("bench_verdict_power").power,  # issue 24: simulated, docs/VERDICTS.md
 }
