@@ -212,3 +212,15 @@ def test_never_unchanged_when_the_ci_excludes_zero() -> None:
     assert step["verdict"] == "inconclusive"
     assert "its CI excludes 0" in step["reason"] and "band" in step["reason"]
     assert "inconclusive (moved +" in doc["headline"]["text"]
+
+
+def test_the_headline_names_a_stage_that_fails_the_gate_on_its_own() -> None:
+    doc = {
+        "metrics": [
+            {"metric": "t.step", "role": "total", "verdict": "inconclusive", "change": 0.16,
+             "ci_low": 1.14, "ci_high": 1.19, "mde": 0.32, "processes": [10, 6]},
+            {"metric": "t.forward", "role": "stage", "stage": "forward", "verdict": "regressed",
+             "change": 0.36, "ci_low": 1.33, "ci_high": 1.39},
+        ]
+    }  # fmt: skip
+    assert headline_text(doc).endswith("; regressed: forward +36.0%")

@@ -64,6 +64,11 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     if others:
         counts = {v: others.count(v) for v in _SEVERITY if v in others}
         text += "; other totals: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+    moved = [x for x in metrics if x.get("role") != "total" and x["verdict"] == "regressed"]
+    if moved and m["verdict"] != "regressed":  # a stage fails the gate on its own: say so here
+        text += "; regressed: " + ", ".join(
+            f"{x.get('stage') or x['metric']} {signed_percent(x['change'])}" for x in moved
+        )
     return {
         "metric": m["metric"],
         "verdict": m["verdict"],
