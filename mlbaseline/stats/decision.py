@@ -33,7 +33,7 @@ the CI lies beyond the practical threshold, so the smallest change seen with 80%
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -199,11 +199,18 @@ def replicates_to_settle(
     def ok(n: int) -> bool:
         return t_quantile(0.5 + confidence / 2.0, t_dof(n, n)) * sd * math.sqrt(2.0 / n) <= half
 
+    return fewest(ok, lo, MAX_SETTLE)
+
+
+def fewest(ok: Callable[[int], bool], lo: int, cap: int) -> int:
+    """The fewest n in [lo, cap] with ok(n), for an `ok` that stays true once it is (a
+    half-width or an MDE that falls as n grows); `cap` when none is. Bisection: each call
+    costs scipy quantiles, stepping n up one by one took ~1000 of them."""
     if ok(lo):
         return lo
-    if not ok(MAX_SETTLE):
-        return MAX_SETTLE
-    hi = MAX_SETTLE  # the half-width falls as n grows: bisect for the fewest n that is ok
+    if not ok(cap):
+        return cap
+    hi = cap
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
@@ -219,6 +226,7 @@ __all__ = [
     "below_band",
     "decide",
     "detectable_change",
+    "fewest",
     "gatekeep",
     "log_t_test",
     "min_decidable",

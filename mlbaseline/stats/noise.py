@@ -200,16 +200,7 @@ def replicates_for_mde(
         mde = relative_mde(sd, n, sd, n, alpha, power, threshold=threshold, confidence=confidence)
         return mde <= target
 
-    lo = max(at_least, decision.min_decidable())
-    if ok(lo):
-        return lo
-    if not ok(MAX_REPLICATES):
-        return MAX_REPLICATES
-    hi = MAX_REPLICATES  # the MDE falls as n grows: bisect for the fewest n that meets it
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return decision.fewest(ok, max(at_least, decision.min_decidable()), MAX_REPLICATES)
 
 
 def summary(
