@@ -62,21 +62,11 @@ WORKLOAD_OPTION_KEYS = (
 # data and history series never pool two workloads (dtype and the options above are blocking
 # too, and so are the golden batch size and the subset manifest hash, `subset_sha256`).
 WORKLOAD_IDENTITY_KEYS = (
-    "workload.dataset",
-    "workload.data_dir",
-    "workload.dataset_kwargs",
-    "workload.dataset_size",
-    "workload.task",
-    "workload.image_size",
-    "workload.vocab_size",
-    "workload.min_length",
-    "workload.max_length",
-    "workload.num_classes",
-    "throughput.batch_sizes",
-    "workload.transform",
-    "workload.transform_kwargs",
-    "throughput.num_workers",
-)
+    "workload.dataset", "workload.data_dir", "workload.dataset_kwargs", "workload.dataset_size",
+    "workload.task", "workload.image_size", "workload.vocab_size", "workload.min_length",
+    "workload.max_length", "workload.num_classes", "throughput.batch_sizes",
+    "workload.transform", "workload.transform_kwargs", "throughput.num_workers",
+)  # fmt: skip
 # Config paths whose values are part of the blocking fingerprint (envinfo.fingerprint).
 BLOCKING_CONFIG_KEYS = (
     *(f"golden.{f.name}" for f in dataclasses.fields(GoldenConfig)),  # the four golden ones
@@ -335,12 +325,9 @@ class CompareConfig:
     thresholds: dict[str, float] = _f({}, "Per-metric threshold overrides, by metric name.")
     confidence: float = _f(0.95, "Confidence level of the bootstrap CIs.", gt=0, max=0.9999)
     n_resamples: int = _f(2000, "Bootstrap resamples.", min=100)
-    min_replicates: int = _f(
-        2,
-        "Fresh processes a side needs for its spread to count as the noise between processes "
-        "(the process-level test); with fewer on both sides: insufficient data.",
-        min=2,
-    )
+    min_replicates: int = _f(2, "Fresh processes a side needs for its spread to count as the "
+                             "noise between processes; fewer on both sides: insufficient data.",
+                             min=2)  # fmt: skip
     fail_on: str = _f("regressed", "Which verdicts exit 1.", choices=("regressed", "any", "never"))
 
 
