@@ -74,6 +74,10 @@ def test_history_gate_decides_through_the_one_function(spy, files):
     res = runner.invoke(app, ["history", "gate", str(files["new"]), "--json", *FAST])
     doc = json.loads(res.stdout)["data"]
     assert spy and _verdicts(doc) == {"improved"}, doc["metrics"]
+    # the same headline line the compare prints opens the gate's output
+    res = runner.invoke(app, ["history", "gate", str(files["new"]), *FAST])
+    first = res.stderr.splitlines()[1]  # after the line naming the baselines
+    assert first.startswith(doc["headline"]["text"][:40]), res.stderr
 
 
 def test_report_compare_decides_through_the_one_function(spy, files, tmp_path):
