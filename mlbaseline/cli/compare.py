@@ -186,9 +186,12 @@ class CompareOptions:
 def compare_command(common: CommonOptions, o: CompareOptions) -> None:
     """Compare two results of the same kind, metric by metric, and name the stage that moved.
 
-    A metric is regressed/improved only when the Holm-adjusted Mann-Whitney p < alpha AND the
-    whole bootstrap CI of the ratio of medians lies beyond the practical threshold; unchanged
-    when the CI lies inside it; otherwise inconclusive (with the samples that would settle it).
+    The first line is the headline: the step's verdict, change and CI, and the smallest change
+    this pair could see. One figure per fresh process is compared (Student's t on their logs);
+    the step is judged first, its stages after it (Holm). A metric is regressed/improved only
+    when p < alpha AND the whole CI of the ratio lies beyond the practical threshold; unchanged
+    when the CI lies inside it and includes 0; otherwise inconclusive (with the replicates that
+    would settle it); one process a side: insufficient data.
     A blocking environment difference (GPU, driver, CUDA, cuDNN, torch, device, dtype, golden
     parameters, subset hash) or workload identity (dataset, image size, sequence shape, classes,
     batch sizes, data pipeline) exits 3 unless each key is given with --allow KEY (listed, not
