@@ -74,8 +74,8 @@ def test_aa_false_regressions_at_most_5_percent_at_every_count(k: int) -> None:
 def test_twenty_percent_one_stage_slowdown_caught_at_the_default_budget() -> None:
     """backward 20% slower (the step ~11%): regressed, with backward named, in >= 90% of seeds,
     each side taken by the real auto plan at the default profile's budget (120 s, max_repeats
-    20, a fresh replicate of 5.8 s as measured here), at 4% between-process noise (the low end of this
-    machine's 4–8%; docs/VERDICTS.md has 6% and 8%, where the MDE says it cannot)."""
+    20, a fresh replicate of 5.8 s as measured here), at 4% between-process noise (the low end
+    of this machine's 4–8%; docs/VERDICTS.md has 6% and 8%, where the MDE says it cannot)."""
     cfg = resolve().throughput  # the default profile's (demo) budget and max_repeats
     rng = np.random.default_rng(24)
     noise = sim.Noise(between=0.04)
