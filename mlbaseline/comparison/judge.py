@@ -256,12 +256,17 @@ def _judge(
     return out
 
 
+def _repeats_needed(cfg: CompareConfig) -> int:
+    """The --repeats to advise for one process a side: the fewest a comparison can judge."""
+    return max(cfg.min_replicates, stats.decision.min_decidable())
+
+
 def _reason(
     row: stats.MetricComparison, gate_of: Mapping[str, str | None], cfg: CompareConfig
 ) -> str | None:
     """Why a metric has no verdict of its own: one process a side, or its total did not move."""
     if row.verdict == stats.INSUFFICIENT:
-        need = max(cfg.min_replicates, stats.decision.min_decidable())
+        need = _repeats_needed(cfg)
         return (
             "one process a side: nothing measured the noise between processes "
             f"(measure with --repeats {need} or more)"
@@ -348,7 +353,7 @@ def _insufficient_warning(
     names = [n for n, p in judged.items() if p.basis == "samples"]
     if not names:
         return []
-    need = max(cfg.min_replicates, stats.decision.min_decidable())
+    need = _repeats_needed(cfg)
     return [
         {
             "code": "insufficient_data",
