@@ -1308,6 +1308,30 @@ def _param_ids(fn: Any) -> list[str]:
     return ids
 
 
+def _check_rel_files(text: str) -> None:
+    """Section 5's rows name tests in tests/test_rel_*.py as `tests/FILE::TEST[ID]`: every one of
+    those tests (each parameter id) has a row, and every row names a test that exists."""
+    import importlib.util
+
+    documented = {
+        (f, t) for f, t in re.findall(r"`tests/(test_rel_\w+\.py)::(test_\w+(?:\[[\w.-]+\])?)`", text)
+    }
+    found: set[tuple[str, str]] = set()
+    for path in sorted((ROOT / "tests").glob("test_rel_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_rel_{path.stem}", path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, fn in vars(module).items():
+            if not name.startswith("test_") or not callable(fn):
+                continue
+            ids = _param_ids(fn)
+            assert all(ids), f"{path.name}::{name}: every row needs an explicit id"
+            found |= {(path.name, f"{name}[{i}]") for i in ids} if ids else {(path.name, name)}
+    assert documented - found == set(), "documented in section 5 but not a test"
+    assert found - documented == set(), "a tests/test_rel_*.py test missing from section 5"
+
+
 def test_docs_table_matches_the_tests():
     module = sys.modules[__name__]
     tests: set[str] = set()
@@ -1332,6 +1356,7 @@ def test_docs_table_matches_the_tests():
         for found in re.findall(r"`(test_\w+\[[\w.-]+\])`", line)
     }
     assert flagged == xfail
+    _check_rel_files(text)
     # the security rows that live in other files exist there
     for path, name in re.findall(r"`tests/(test_\w+\.py)::(test_\w+)`", text):
         assert re.search(rf"^def {name}\(", (ROOT / "tests" / path).read_text(), re.M), name
