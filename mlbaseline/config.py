@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import os
 import re
 import types
@@ -21,7 +22,9 @@ from typing import Any
 
 import yaml
 
+from mlbaseline import yamlread
 from mlbaseline.errors import ConfigError
+from mlbaseline.yamlread import read_mapping
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_PROFILE = "demo"
@@ -433,7 +436,10 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
             return None
-        for arg in (a for a in args if a is not type(None)):
+        others = [a for a in args if a is not type(None)]
+        if len(others) == 1:  # `float | None`: the float's own message says more
+            return _coerce(value, others[0], path)
+        for arg in others:
             try:
                 return _coerce(value, arg, path)
             except ConfigError:
@@ -459,10 +465,16 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         return value
     if tp is float:
         if isinstance(value, str) and _YAML11_FLOAT.match(value.strip()):
-            return float(value)  # PyYAML reads `1e-9` (no dot) as a string: YAML 1.1 quirk
+            value = float(value)  # PyYAML reads `1e-9` (no dot) as a string: YAML 1.1 quirk
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # a 400-digit integer
+            number = math.inf
+        if not math.isfinite(number):  # every range check is False for NaN: refuse it here
+            raise ConfigError(f"{path}: expected a finite number, got {number!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r}")
@@ -530,27 +542,6 @@ def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read one YAML mapping with `yaml.safe_load` (never `yaml.load`)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.__class__.__name__})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{where}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    return data
-
-
 def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if p.stem != "default")
 
@@ -562,7 +553,7 @@ def load_profile(name: str) -> dict[str, Any]:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ConfigError(f"profile: unknown profile '{name}'{hint}; known: {', '.join(names)}")
-    data = read_yaml(PROFILES_DIR / f"{name}.yaml")
+    data = read_mapping(PROFILES_DIR / f"{name}.yaml")
     data.pop("profile", None)
     return data
 
@@ -575,7 +566,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. throughput.min_steps=32")
         try:
-            value = yaml.safe_load(raw)
+            value = yamlread.load(raw)
+        except yamlread.YamlLimitError as exc:
+            raise ConfigError(f"--set {key.strip()}: {exc.problem}") from None
         except yaml.YAMLError:
             raise ConfigError(f"--set {item}: value is not valid YAML") from None
         out = deep_merge(out, nest(key.strip(), value))
@@ -613,7 +606,7 @@ def resolve(
     `overrides` maps dotted paths (`throughput.batch_sizes`) to values; None values are skipped
     so that unset CLI flags do not override anything.
     """
-    file_data = read_yaml(config_file) if config_file is not None else {}
+    file_data = read_mapping(config_file) if config_file is not None else {}
     file_profile = file_data.pop("profile", None)
     if file_profile is not None and not isinstance(file_profile, str):
         raise ConfigError("profile: expected a string")

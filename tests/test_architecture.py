@@ -33,6 +33,7 @@ LAYERS = {
     "formatting": 0,
     "stats": 0,
     "config": 0,
+    "yamlread": 0,
     "results": 0,
 }
 # within layer 1, only these edges between units (docs/ARCHITECTURE.md's "may import" column)
