@@ -1,0 +1,147 @@
+"""The `data` payload of an `ab` result (`runners/ab.py`'s `ab_result`).
+
+Both modes share the pairs, the order, the per-stage paired verdicts and the drift record; one
+process (`run_ab`) adds its allocator, warm-up and compile times; `--processes`
+(`runners/ab_process.py`) adds the turn rule, each arm's command, every turn and the environment
+and config keys that differed between the arms; the CLI adds the `--set-a`/`--set-b` overrides.
+A statistic that came out NaN (the MDE of fewer than two pairs) is written as null.
+"""
+
+from __future__ import annotations
+
+from mlbaseline.documents.base import FiniteFloat, JsonValue, Strict
+from mlbaseline.documents.data_throughput import Allocator, Contamination
+
+Num = FiniteFloat | None  # a derived figure: null where it was NaN or could not be computed
+
+
+class Pair(Strict):
+    pair: int
+    order: str  # "AB" or "BA"
+
+
+class Dropped(Strict):
+    """A pair a failed turn cut (`runners.ab.run_pairs`)."""
+
+    pair: int
+    order: str
+    error: str
+
+
+class Stage(Strict):
+    """`stats.paired.PairedStage`: one stage's B/A ratio over the pairs and its verdict."""
+
+    stage: str
+    n: int
+    ratio: Num
+    ci_low: Num
+    ci_high: Num
+    p: Num
+    p_adjusted: Num
+    verdict: str
+    mde: Num
+
+
+class Control(Strict):
+    """The control kernel over the run: late half over early half (common-mode drift)."""
+
+    samples: int
+    late_over_early: Num
+    note: str
+
+
+class Signature(Strict):
+    """`comparison.drift.Signature.to_dict()`: every stage moved by one factor."""
+
+    group: str
+    factor: FiniteFloat
+    stages: list[str]
+    message: str
+
+
+class Drift(Strict):
+    control: Control | None = None
+    signature: Signature | None = None
+
+
+class ArmPair(Strict):
+    a: int | None
+    b: int | None
+
+
+class CompileTimes(Strict):
+    a: Num
+    b: Num
+
+
+class TurnRule(Strict):
+    """`--processes`: how long each turn (one fresh process) measures."""
+
+    mode: str
+    min_time_s: FiniteFloat
+    max_time_s: FiniteFloat
+    turn_s: FiniteFloat
+
+
+class ArmCommand(Strict):
+    """`ab_process.Arm.describe()`: the command, working directory and extra environment."""
+
+    command: list[str]
+    cwd: str | None
+    env: dict[str, str]
+
+
+class Turn(Strict):
+    """One fresh process of `--processes`."""
+
+    pair: int
+    arm: str
+    returncode: int | None
+    wall_s: FiniteFloat
+    status: str
+    error: str | None = None
+
+
+class Overrides(Strict):
+    a: list[str]
+    b: list[str]
+
+
+class Data(Strict):
+    """`data` of an ab result."""
+
+    pairs_done: int
+    order: list[str]
+    pairs: list[Pair]
+    stop_reason: str
+    dropped: list[Dropped]
+    threshold: FiniteFloat
+    alpha: FiniteFloat
+    seed: int
+    method: str
+    stages: list[Stage]
+    verdict: str
+    drift: Drift
+    # the run's own record (`meta` of ab_result), both modes
+    device: str | None = None
+    pairs_requested: int | None = None
+    budget_s: Num = None
+    batch_size: ArmPair | None = None
+    planned_order: list[str] | None = None
+    stages_recorded: list[str] | None = None
+    # one process
+    allocator: Allocator | None = None
+    warmup_steps: int | None = None
+    compile_s: CompileTimes | None = None
+    contamination: Contamination | None = None
+    # --processes
+    mode: str | None = None
+    turn_rule: TurnRule | None = None
+    arms: dict[str, ArmCommand] | None = None  # "a"/"b"
+    turns: list[Turn] | None = None
+    pair_index: list[int] | None = None
+    # key -> [A's value, B's value]: whatever the two arms' fingerprints or configs hold under
+    # that key (strings, numbers, lists, null when one lacks it): free-form JSON by nature
+    environment_differs: dict[str, list[JsonValue]] | None = None
+    config_differs: dict[str, list[JsonValue]] | None = None
+    overrides: Overrides | None = None  # the CLI's --set-a / --set-b
