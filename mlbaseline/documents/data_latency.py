@@ -180,6 +180,7 @@ class Service(Open):
     body_bytes: int | None = None
     body_sha256: str | None = None
     timeout_s: FiniteFloat | None = None
+    max_response_bytes: int | None = None  # the response body cap
     redirects: str | None = None
     # simulated services (measure.latency.SimulatedService, FunctionService)
     class_: str | None = Field(default=None, alias="class")
