@@ -1,0 +1,112 @@
+"""Typed result documents: one pydantic v2 model per result kind, validated once on reading.
+
+`load_document(body, where)` is the one reader of a result file's bytes: JSON, the schema
+version (an older minor is upgraded, an unknown major refused), the kind, then the whole
+document against `model_for(kind)`; every problem is one `ResultFileError` line
+`FILE: path.to.field: expected <what>, got <value>`. `results.parse_result` turns the checked
+document into a `Result`; the history reads its stored documents through the same function.
+
+The models: `base` (the envelope and the parts every kind shares) and one `data_<kind>` module
+per kind (`-` → `_`) exporting `Data`, the model of that kind's `data` payload. See
+docs/DOCUMENTS.md for the layout, the error format and the versioning rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, create_model
+
+from mlbaseline.documents.base import KINDS, ArmsConfig, Envelope, JsonValue, one_line
+from mlbaseline.documents.versions import upgrade
+from mlbaseline.errors import ResultFileError
+
+
+def data_model(kind: str) -> type[BaseModel] | None:
+    """The `Data` model of `kind`'s payload (module `documents.data_<kind>`), None if the kind
+    has none yet."""
+    name = f"{__name__}.data_{kind.replace('-', '_')}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:  # the module exists and fails to import: a bug, not "no model"
+            raise
+        return None
+    model: type[BaseModel] = module.Data
+    return model
+
+
+@functools.cache
+def model_for(kind: str) -> type[Envelope]:
+    """The whole document of `kind`: the envelope with its typed `data` (and an `ab` result's
+    config, one resolved config per arm)."""
+    data = data_model(kind)
+    # a kind without its Data model yet keeps a plain JSON object (finite numbers only)
+    data_type: Any = data if data is not None else dict[str, JsonValue]
+    fields: dict[str, Any] = {"data": (data_type | None, None)}
+    if kind == "ab":
+        fields["config"] = (ArmsConfig, Field(default_factory=ArmsConfig))
+    return create_model(f"Document_{kind.replace('-', '_')}", __base__=Envelope, **fields)
+
+
+def parse_json(body: bytes, where: str) -> Any:
+    """The JSON value of a file's bytes, or one line saying why it has none."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultFileError(f"{where}: cannot read ({exc.__class__.__name__})") from None
+    if not text.strip():
+        raise ResultFileError(f"{where}: empty file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultFileError(
+            f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}; truncated?)"
+        ) from None
+    except RecursionError:
+        raise ResultFileError(f"{where}: not valid JSON (nested too deeply)") from None
+
+
+def load_document(body: bytes, where: str, kinds: Iterable[str] | None = None) -> dict[str, Any]:
+    """The checked document of a result file's bytes (upgraded to the current version)."""
+    doc, upgraded = upgrade(parse_json(body, where), where)
+    check_kind(doc, where, kinds)
+    # from the bytes when they are the document (pydantic's own parser: faster and smaller
+    # than validating the parsed objects); an upgraded document is validated as written now
+    validate(doc, where, body if not upgraded else None)
+    return doc
+
+
+def check_kind(doc: dict[str, Any], where: str, kinds: Iterable[str] | None = None) -> None:
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ResultFileError(f"{where}: unknown result kind {kind!r:.40}")
+    allowed = tuple(kinds) if kinds is not None else ()
+    if allowed and kind not in allowed:
+        raise ResultFileError(f"{where}: is a '{kind}' result; expected {' or '.join(allowed)}")
+
+
+def validate(doc: dict[str, Any], where: str, body: bytes | None = None) -> None:
+    """Validate `doc` (whose JSON text is `body`, when the caller has it) against its kind's
+    model; the model itself is dropped: readers use the document, now known to be sound."""
+    if body is None:
+        # a NaN in a document built in memory reaches the model as a NaN and is refused there
+        body = json.dumps(doc, allow_nan=True).encode("utf-8")
+    try:
+        model_for(doc["kind"]).model_validate_json(body)
+    except ValidationError as exc:
+        raise ResultFileError(one_line(exc, where, doc)) from None
+
+
+__all__ = [
+    "check_kind",
+    "data_model",
+    "load_document",
+    "model_for",
+    "parse_json",
+    "validate",
+]
