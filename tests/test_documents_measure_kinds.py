@@ -18,7 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from mlbaseline.documents.base import error_path
 
-DOCS = Path(__file__).parent / "data" / "schema_1_0"
+TESTS = Path(__file__).parent
+DOCS = TESTS / "data" / "schema_1_0"
+REPORT = TESTS / "golden" / "report"  # the report's golden inputs, written by make_golden.py
 KINDS = ("env-check", "latency", "dataloader", "subset")
 
 
@@ -53,9 +55,19 @@ def put(doc: dict[str, Any], path: str, value: Any) -> None:
         node[keys[-1]] = value
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_real_file_of_each_kind_validates(kind: str) -> None:
-    assert validate(kind, payload(kind)) is not None
+@pytest.mark.parametrize(
+    "path",
+    [
+        *(pytest.param(DOCS / f"{kind}.json", id=kind) for kind in KINDS),
+        *(
+            pytest.param(REPORT / name, id=f"report-{name}")
+            for name in ("env_check.json", "latency.json", "dataloader.json", "subset.json")
+        ),
+    ],
+)
+def test_the_real_files_validate(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    assert validate(doc["kind"], doc["data"]) is not None
 
 
 # ---------------------------------------------------------------- shapes the writers produce
