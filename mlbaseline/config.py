@@ -244,9 +244,14 @@ class LatencyConfig:
     url: str | None = _f(None, "Endpoint mode: HTTP URL to send requests to (only this URL).")
     method: str = _f("POST", "Endpoint mode: HTTP method.", choices=("GET", "POST", "PUT"))
     body: str | None = _f(None, "Endpoint mode: request body (text).")
-    body_file: str | None = _f(None, "Endpoint mode: file whose bytes are the request body.")
+    body_file: str | None = _f(
+        None, "Endpoint mode: file whose bytes are the request body (a regular file ≤ 64 MiB)."
+    )
     content_type: str = _f("application/json", "Endpoint mode: Content-Type header.")
-    timeout_s: float = _f(10.0, "Endpoint mode: per-request timeout, seconds.", gt=0)
+    timeout_s: float = _f(10.0, "Endpoint mode: limit of one whole request, seconds.", gt=0)
+    max_response_bytes: int = _f(
+        64 * 1024 * 1024, "Endpoint mode: a longer response body fails the request.", min=1
+    )
     loop: str = _f(
         "auto",
         "Which loops run: auto (open when `rate` is set, else closed), closed, open, or both "

@@ -23,6 +23,7 @@ from typing import Any
 
 from mlbaseline import TOOL_NAME, __version__
 from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
+from mlbaseline.redact import redact_tree
 
 SCHEMA_VERSION = "1.0"
 KINDS = ("env-check", "throughput", "latency", "dataloader", "subset", "compare", "run", "ab")
@@ -121,6 +122,9 @@ class Result:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown result kind {self.kind!r}")
+        # the one place a resolved config becomes a result's: no URL secret reaches the file,
+        # the history or a report (also when an older file that held one is read back)
+        self.config = redact_tree(self.config)
 
     def add_metric(self, metric: Metric) -> Metric:
         self.measurements[metric.name] = metric

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from history_fakes import stamp, synthetic, write
 
 from mlbaseline.history import schema as sc
-from mlbaseline.history.record import GitInfo, MetricSummary, Record, record_file
+from mlbaseline.history.record import GitInfo, MetricSummary, Record, RecordError, record_file
 from mlbaseline.history.store import (
     Query,
     StoreError,
@@ -336,13 +336,14 @@ def test_busy_timeouts_are_shown_with_a_sensible_precision(value, shown):
     assert _seconds(value) == shown
 
 
-def test_a_corrupt_stored_document_is_a_store_error(tmp_path):
+def test_a_corrupt_stored_document_is_that_records_error(tmp_path):
+    # one record's fault, not the store's (tests/test_rel_store.py: the others still list)
     path = tmp_path / "h.sqlite"
     store = open_store(str(path))
     (rid, _) = store.add(_record(1))
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE documents SET body = x'00112233'")
-    with pytest.raises(StoreError, match="not a usable mlb history store"):
+    with pytest.raises(RecordError, match=rf"history #{rid}: document: does not decompress"):
         store.document(rid)
     store.close()
 

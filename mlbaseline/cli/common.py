@@ -38,6 +38,7 @@ from mlbaseline import config as cfgmod
 from mlbaseline.cli.app import app
 from mlbaseline.errors import ExitCode, MlbError, OutputExistsError, UsageError
 from mlbaseline.progress import NullProgress
+from mlbaseline.redact import redact_text
 from mlbaseline.results import Result, write_result
 
 T = TypeVar("T")
@@ -175,7 +176,8 @@ def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
     """One `Error: …` line on stderr, then exit."""
     # a message can quote user input or a user factory's exception text: keep it one line
     message = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    typer.echo(f"Error: {message}", err=True)
+    # the last guard of every error message: a URL the message quotes loses its secrets
+    typer.echo(f"Error: {redact_text(message)}", err=True)
     raise typer.Exit(int(code))
 
 
@@ -243,11 +245,12 @@ def record_in_history(paths: Sequence[Path], cfg: cfgmod.Config, ui: Ui) -> None
         done = history.record(paths, cfg)
     except Exception as exc:  # any store or driver fault: the result file is already safe
         message = exc.message if isinstance(exc, MlbError) else f"{type(exc).__name__}: {exc}"
-        message = " ".join(message.split())
+        message = redact_text(" ".join(message.split()))
         typer.echo(f"warning: not recorded in the history ({message}); the file is kept", err=True)
         return
+    where = history.shown_location(cfg)
     for rec in done:
-        ui.print(f"[dim]recorded in the history as #{rec.id} ({history.location(cfg)})[/dim]")
+        ui.print(f"[dim]recorded in the history as #{rec.id} ({where})[/dim]")
 
 
 def emit(

@@ -67,6 +67,12 @@ def _query(o: Any, with_metric: bool = False) -> Any:
     return hist.query(**filters, metric=o.metric if with_metric else None)
 
 
+def _warn(message: str) -> None:
+    """A damaged record the read left out: one stderr line, also with --quiet or --json (it
+    is data missing from what the command prints)."""
+    typer.echo(f"warning: {message}", err=True)
+
+
 def _commit(git: Any) -> str:
     if not git.commit:
         return "–"
@@ -98,9 +104,9 @@ def list_command(common: CommonOptions, o: ListOptions) -> None:
 
     def measure(cfg: Config, ui: Ui) -> None:
         q = _query(o, with_metric=True)
-        found = hist.entries(cfg, q)
+        found = hist.entries(cfg, q, _warn)
         _doc_out([e.to_dict() for e in found], common)
-        table = compact_table(f"history: {len(found)} results in {hist.location(cfg)}")
+        table = compact_table(f"history: {len(found)} results in {hist.shown_location(cfg)}")
         for col in ("id", "created (UTC)", "kind", "status", "branch", "commit", "fingerprint"):
             table.add_column(col, no_wrap=True, justify="right" if col == "id" else "left")
         table.add_column("metrics", justify="right")
@@ -135,8 +141,12 @@ def show_command(common: CommonOptions, o: ShowOptions) -> None:
     from mlbaseline.runners import history as hist
 
     def measure(cfg: Config, ui: Ui) -> None:
-        entry, doc = hist.show(cfg, o.result_id)
-        _doc_out({**entry.to_dict(), "document": doc}, common)
+        shown = hist.show(cfg, o.result_id)
+        entry, problem = shown.entry, shown.problem
+        doc = {**entry.to_dict(), "document": shown.document}
+        _doc_out(doc | ({"document_error": problem} if problem else {}), common)
+        if problem:
+            _warn(f"{problem}; the record's summary is shown without its document")
         ui.print(f"[bold]#{entry.id}[/bold] {entry.kind} ({entry.status}), {entry.created_at}")
         ui.print(f"git: {escape(entry.git.branch or '–')} {_commit(entry.git)}")
         ui.print(f"fingerprint {entry.fingerprint}; config {entry.config_hash[:12]}")
@@ -194,7 +204,7 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
 
     def measure(cfg: Config, ui: Ui) -> None:
         q = _query(o)
-        found = hist.series(cfg, q, [o.metric])
+        found = hist.series(cfg, q, [o.metric], _warn)
         if not found:
             from mlbaseline.errors import UsageError
 
@@ -203,7 +213,7 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
         rows = hist.trend(found)
         if common.json_out:
             sys.stdout.write(dump_json({"points": rows, "checks": checks}))
-        view = hist.trend_view(found, checks, hist.location(cfg))
+        view = hist.trend_view(found, checks, hist.shown_location(cfg))
         if png.exists() and not common.force:
             from mlbaseline.errors import OutputExistsError
 
@@ -316,9 +326,9 @@ def check_command(common: CommonOptions, o: CheckOptions) -> None:
 
     def measure(cfg: Config, ui: Ui) -> None:
         q = _query(o)
-        found = hist.series(cfg, q, o.metric)
+        found = hist.series(cfg, q, o.metric, _warn)
         checks = hist.check(cfg, found)
-        _doc_out({"store": hist.location(cfg), "series": checks}, common)
+        _doc_out({"store": hist.shown_location(cfg), "series": checks}, common)
         _show_checks(checks, ui)
 
     execute(common, measure, outputs=(common.output,))
@@ -360,7 +370,7 @@ def export_command(common: CommonOptions, o: ExportOptions) -> None:
             raise UsageError("export: choose one of --csv and --json")
         fmt = "json" if (o.as_json or common.json_out) else "csv"
         q = _query(o, with_metric=True)
-        text = hist.export_text(hist.entries(cfg, q), fmt)
+        text = hist.export_text(hist.entries(cfg, q, _warn), fmt)
         if common.output is not None:
             atomic_write_text(common.output, text, force=common.force)
             ui.print(f"[dim]{fmt} written to {common.output}[/dim]")
@@ -408,7 +418,11 @@ def rm_command(common: CommonOptions, o: RmOptions) -> None:
     from mlbaseline.runners import history as hist
 
     def measure(cfg: Config, ui: Ui) -> None:
-        entry = hist.remove(o.result_id, cfg, common.force)
+        entry, problem = hist.remove(o.result_id, cfg, common.force)
+        if entry is None:  # a damaged record: deleted on the id alone
+            _doc_out({"id": o.result_id, "damaged": problem}, common)
+            ui.print(f"deleted #{o.result_id} (damaged: {escape(str(problem))})")
+            return
         _doc_out(entry.to_dict(), common)
         ui.print(f"deleted #{entry.id} ({entry.kind}, {entry.created_at}); {entry.path} is kept")
 

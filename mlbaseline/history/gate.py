@@ -25,8 +25,8 @@ from mlbaseline.comparison.matching import (
 )
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import NotComparableError
-from mlbaseline.history.record import Record, parse_body
-from mlbaseline.history.store import Entry, Query, Store, display
+from mlbaseline.history.record import Record, RecordError, read_document
+from mlbaseline.history.store import Entry, Query, Store
 from mlbaseline.progress import Progress
 from mlbaseline.results import Metric, Result
 
@@ -77,14 +77,18 @@ def earlier_complete(
 def load_documents(
     store: Store, entries: list[Entry]
 ) -> tuple[list[tuple[Entry, Result]], list[str]]:
-    """The stored result of each entry, and why any was left out (its document missing)."""
+    """The stored result of each entry, and why any was left out (its document missing, or
+    damaged: one bad record costs that baseline only)."""
     loaded, skipped = [], []
     for e in entries:
-        body = store.document(e.id)
-        if body is None:
-            skipped.append(f"#{e.id}: its document is missing from the store")
-            continue
-        loaded.append((e, parse_body(body, f"history #{e.id}")))
+        try:
+            body = store.document(e.id)
+            if body is None:
+                skipped.append(f"#{e.id}: its document is missing from the store")
+                continue
+            loaded.append((e, read_document(body, e.id)))
+        except RecordError as exc:
+            skipped.append(f"#{e.id}: {exc.message.removeprefix(f'history #{e.id}: ')}")
     return loaded, skipped
 
 
@@ -146,7 +150,7 @@ def gate_input(
     loaded, skipped = load_documents(store, entries)
     if not loaded:
         raise NotComparableError(
-            f"nothing comparable in history ({display(store.location)}) for {new.path}: no "
+            f"nothing comparable in history ({store.shown}) for {new.path}: no "
             f"earlier complete result with {where}; record baselines first (every mlb run "
             "records its result; mlb history add FILE... imports old ones)"
         )

@@ -26,6 +26,7 @@ import numpy as np
 from scipy import stats as sps
 
 from mlbaseline.comparison.matching import comparable_blocking
+from mlbaseline.errors import MlbError
 from mlbaseline.results import Metric, Result, parse_result, read_result_bytes, utc_now
 
 # the CI level of each metric's median in the store (what `trend` draws as its band)
@@ -34,6 +35,12 @@ CI_METHOD = (
     "distribution-free order-statistic CI of the median (scipy.stats.quantile_test), "
     "over the samples of one result"
 )
+
+
+class RecordError(MlbError):
+    """One stored record cannot be read (a row of the wrong type, a document that is not a
+    valid result); the store and its other records can. The message names the record and the
+    field: `history #3: metrics['train.bs64.step'].median: expected a number, got 'abc'`."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,71 @@ class Record:
     metrics: tuple[MetricSummary, ...] = ()
     body: bytes = b""
     recorded_at: str = field(default_factory=utc_now)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{where}: expected a number, got {value!r:.40}")
+    return float(value)
+
+
+def _maybe_number(value: Any, where: str) -> float | None:
+    return None if value is None else _number(value, where)
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError(f"{where}: expected a whole number, got {value!r:.40}")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    # SQLite keeps a Boolean as 0/1, PostgreSQL as a bool
+    if value not in (0, 1) or not isinstance(value, bool | int):
+        raise RecordError(f"{where}: expected true or false, got {value!r:.40}")
+    return bool(value)
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise RecordError(f"{where}: expected text, got {value!r:.40}")
+    return value
+
+
+def _maybe_text(value: Any, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+def summary_of_row(
+    rid: int, name: Any, unit: Any, hib: Any, role: Any, grp: Any, *figures: Any
+) -> MetricSummary:
+    """A metric row of the store (`schema.metrics`' column order) as a MetricSummary, each
+    column's type checked: a damaged row is a RecordError naming the record and the field."""
+    med, low, high, n, reps, mde = figures
+    at = f"history #{rid}: metrics[{name!r}]"
+    return MetricSummary(
+        name=_text(name, f"history #{rid}: metrics.name"),
+        unit=_text(unit, f"{at}.unit"),
+        higher_is_better=_flag(hib, f"{at}.higher_is_better"),
+        median=_number(med, f"{at}.median"),
+        ci_low=_maybe_number(low, f"{at}.ci_low"),
+        ci_high=_maybe_number(high, f"{at}.ci_high"),
+        n=_count(n, f"{at}.n"),
+        replicates=_count(reps, f"{at}.replicates"),
+        mde=_maybe_number(mde, f"{at}.mde"),
+        role=_maybe_text(role, f"{at}.role"),
+        group=_maybe_text(grp, f"{at}.group"),
+    )
+
+
+def read_document(body: bytes, result_id: int) -> Result:
+    """A stored document as a validated Result (load_result's checks, one line naming the
+    record): the one place the history reads a document, for `show`, the gate and the noise
+    between sittings. A document that fails is that record's RecordError."""
+    try:
+        return parse_body(body, f"history #{result_id}")
+    except MlbError as exc:
+        raise RecordError(exc.message) from None
 
 
 def canonical_hash(obj: Any) -> str:
@@ -203,12 +275,15 @@ __all__ = [
     "GitInfo",
     "MetricSummary",
     "Record",
+    "RecordError",
     "canonical_hash",
     "config_hash",
     "detect_git",
     "fingerprint_hash",
     "parse_body",
+    "read_document",
     "record_file",
     "record_of",
     "summarize_metric",
+    "summary_of_row",
 ]

@@ -27,6 +27,7 @@ from mlbaseline.errors import MlbError
 from mlbaseline.history.gate import earlier_complete, load_documents
 from mlbaseline.history.record import GitInfo, config_hash, fingerprint_hash
 from mlbaseline.history.store import Entry, Query, Store, StoreMissingError, open_store
+from mlbaseline.redact import redact_text
 from mlbaseline.results import Result
 from mlbaseline.stats.noise import MIN_SITTINGS, Components, components, cross_sitting_mde
 from mlbaseline.stats.noise import sittings as sitting_components
@@ -129,6 +130,7 @@ def attach(
 
 def _warn(result: Result, exc: Exception) -> None:
     text = exc.message if isinstance(exc, MlbError) else f"{type(exc).__name__}: {exc}"
+    text = redact_text(text)  # a driver's text may quote the store's URL
     result.warn(
         "history_noise",
         f"noise between sittings not read from the history ({' '.join(text.split())})",

@@ -7,11 +7,21 @@
   several machines share one history. Migrations take an advisory lock there.
 
 Where: env `MLB_HISTORY` (a path or a URL) > config `history.store` > `mlb-results/history.sqlite`.
+A location with a `scheme://` is a URL: `sqlite:///PATH`, or `postgresql://` (also `postgres://`
+and `postgresql+psycopg://`, the driver it uses; the scheme read case-insensitively, as RFC 3986
+says). Any other scheme is refused by name, never taken for a local path: a driver-qualified
+URL such as `postgresql+psycopg2://u:pw@h/db` once became a folder named after the password.
+The location is shown only through `redact.redact_url` (`u:***@`), and driver messages only
+through `redact.redact_text` with the password itself masked as well.
 
 A file at the store path that is not an mlb store (not SQLite, corrupt, another program's
 database) is refused with a one-line error (exit 2) and never written; a store of a newer
 schema version likewise. Statements are SQLAlchemy expressions with bound parameters: no SQL is
 built from user input. Nothing here deletes a record except :meth:`Store.remove`.
+
+A damaged record (a metric row of the wrong type, a document that does not decompress or is not
+a valid result) costs that record only: reads leave it out and name it in `Store.problems`, so
+the others still list, export and check.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -31,7 +42,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from mlbaseline.errors import MlbError
 from mlbaseline.history import schema as sc
-from mlbaseline.history.record import GitInfo, MetricSummary, Record
+from mlbaseline.history.record import (
+    GitInfo,
+    MetricSummary,
+    Record,
+    RecordError,
+    summary_of_row,
+)
+from mlbaseline.redact import MASK, redact_text, redact_url
 from mlbaseline.results import utc_now
 
 DEFAULT_PATH = Path("mlb-results") / "history.sqlite"
@@ -56,15 +74,56 @@ def resolve_location(configured: str | None = None) -> str:
     return os.environ.get(ENV) or configured or str(DEFAULT_PATH)
 
 
+# the URL schemes a store location may have, lowercase; every other `scheme://` is an error
+PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+SUPPORTED = "an SQLite path, sqlite:///PATH, postgresql://…"
+
+
+def url_scheme(location: str) -> str | None:
+    """The scheme of a `scheme://…` location as written, else None (a path). A path may hold
+    `://` further on (`./a://b`); a scheme is only RFC 3986's `ALPHA *(ALPHA / DIGIT / + - .)`."""
+    head, sep, _ = location.partition("://")
+    if not sep or not head[:1].isascii() or not head[:1].isalpha():
+        return None
+    return head if all(c.isascii() and (c.isalnum() or c in "+-.") for c in head) else None
+
+
 def is_url(location: str) -> bool:
-    return location.startswith(("postgresql://", "postgresql+psycopg://", "postgres://"))
+    return url_scheme(location) is not None
 
 
 def display(location: str) -> str:
-    """The location with any password masked, for messages."""
-    if not is_url(location):
-        return location
-    return sa.engine.make_url(location).render_as_string(hide_password=True)
+    """The location as it may be shown: any password and credential-like value masked."""
+    return redact_url(location)
+
+
+def _password(location: str) -> str | None:
+    """The URL's password, to mask wherever a driver quotes it outside a URL."""
+    try:
+        found = urlsplit(location).password
+    except ValueError:
+        return None
+    return unquote(found) if found else None
+
+
+def sqlite_path(location: str) -> Path:
+    """The file of a store location that is not PostgreSQL: a path, or `sqlite:///PATH`
+    (SQLAlchemy's form: `sqlite:///rel/h.sqlite`, `sqlite:////abs/h.sqlite`)."""
+    scheme = url_scheme(location)
+    if scheme is None:
+        return Path(location)
+    if scheme.lower() != "sqlite":
+        raise StoreError(
+            f"history.store: unsupported scheme '{scheme}' in {display(location)} "
+            f"(supported: {SUPPORTED})"
+        )
+    try:
+        database = sa.engine.make_url(location).database
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise StoreError(f"history.store: {display(location)}: {redact_text(str(exc))}") from None
+    if not database or database == ":memory:":
+        raise StoreError(f"history.store: {display(location)}: sqlite:///PATH needs a file path")
+    return Path(database)
 
 
 @dataclass(frozen=True)
@@ -169,14 +228,32 @@ def _sqlite_engine(path: Path) -> Engine:
 
 
 def _pg_engine(url: str) -> Engine:
-    u = sa.engine.make_url(url.replace("postgres://", "postgresql://", 1))
-    if u.drivername in ("postgresql", "postgres"):
-        u = u.set(drivername="postgresql+psycopg")
-    return sa.create_engine(u, pool_pre_ping=True)
+    """The engine of a `postgresql://` location (any PG_SCHEMES spelling, driver psycopg 3).
+    The port is checked first: SQLAlchemy's own check is an int() that raises a traceback."""
+    shown = display(url)
+    try:
+        _ = urlsplit(url).port  # read, only for urllib's check of it
+    except ValueError as exc:  # 'abc', 99999: urllib's message names the port, not the password
+        raise StoreError(f"history.store: {shown}: bad port ({exc})") from None
+    rest = url.partition("://")[2]
+    try:
+        u = sa.engine.make_url(f"postgresql+psycopg://{rest}")
+        return sa.create_engine(u, pool_pre_ping=True)
+    except (sa.exc.ArgumentError, ValueError, ImportError) as exc:
+        text = _clean(_first_line(exc), _password(url))
+        raise StoreError(f"history.store: {shown}: not a usable PostgreSQL URL ({text})") from None
 
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _clean(text: str, secret: str | None) -> str:
+    """A driver's message as it may be shown: URLs redacted, the password nowhere (libpq and
+    SQLAlchemy may quote a connection string or its parts)."""
+    if secret:
+        text = text.replace(secret, MASK)
+    return redact_text(text)
 
 
 def _seconds(value: float) -> str:
@@ -185,17 +262,18 @@ def _seconds(value: float) -> str:
 
 
 @contextmanager
-def _translated(where: str, action: str) -> Iterator[None]:
-    """Driver errors become one-line StoreErrors (exit 2), never a traceback: SQLAlchemy's,
-    and sqlite3's own from a raw DBAPI connection (the WAL pragma), which SQLAlchemy does not
-    wrap, and a stored document that does not decompress. `action` (reading, writing,
-    opening) names what waited when the store stayed locked."""
+def _translated(where: str, action: str, secret: str | None = None) -> Iterator[None]:
+    """Driver errors become one-line StoreErrors (exit 2), never a traceback: SQLAlchemy's
+    (psycopg's and sqlite3's underneath), and sqlite3's own from a raw DBAPI connection (the
+    WAL pragma), which SQLAlchemy does not wrap. `action` (reading, writing, opening) names
+    what waited when the store stayed locked; `secret` (the URL's password) is masked in the
+    driver's text, which is redacted as well."""
     try:
         yield
     except MlbError:
         raise
     except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
-        text = _first_line(getattr(exc, "orig", None) or exc)
+        text = _clean(_first_line(getattr(exc, "orig", None) or exc), secret)
         if "locked" in text or "busy" in text:
             # the holder may be a reader as well as a writer (a rollback-journal store, a
             # checkpoint), and another tool as well as mlb: say only what is known
@@ -204,13 +282,13 @@ def _translated(where: str, action: str) -> Iterator[None]:
                 "the store is locked by another process"
             ) from None
         raise StoreError(f"{where}: {text}") from None
-    except (sa.exc.DatabaseError, sqlite3.DatabaseError, zlib.error) as exc:
-        text = _first_line(getattr(exc, "orig", None) or exc)
+    except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:
+        text = _clean(_first_line(getattr(exc, "orig", None) or exc), secret)
         raise StoreError(
             f"{where}: not a usable mlb history store ({text}); nothing was changed"
         ) from None
     except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
-        raise StoreError(f"{where}: {_first_line(exc)}") from None
+        raise StoreError(f"{where}: {_clean(_first_line(exc), secret)}") from None
 
 
 class Store:
@@ -219,7 +297,18 @@ class Store:
     def __init__(self, engine: Engine, location: str) -> None:
         self.engine = engine
         self.location = location
+        self.shown = display(location)  # what messages and listings say: no password
         self.dialect = engine.dialect.name
+        self._secret = _password(location)
+        # one line per damaged record a read left out ("history #3: …"), for the caller to warn
+        self.problems: list[str] = []
+
+    def _guard(self, action: str) -> AbstractContextManager[None]:
+        return _translated(self.shown, action, self._secret)
+
+    def _problem(self, exc: RecordError) -> None:
+        if exc.message not in self.problems:
+            self.problems.append(exc.message)
 
     def _writing(self) -> AbstractContextManager[Connection]:
         """A transaction that writes: `BEGIN IMMEDIATE` on SQLite (see `_sqlite_engine`)."""
@@ -229,7 +318,7 @@ class Store:
 
     def version(self) -> int | None:
         """The applied schema version; None for an empty database. Raises for a foreign one."""
-        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
+        with self._guard("reading"), self.engine.connect() as conn:
             return self._version(conn)
 
     def _version(self, conn: Connection) -> int | None:
@@ -237,7 +326,7 @@ class Store:
         if sc.SCHEMA_TABLE not in tables:
             if tables:
                 raise StoreError(
-                    f"{display(self.location)}: a database that is not an mlb history store "
+                    f"{self.shown}: a database that is not an mlb history store "
                     f"(tables: {', '.join(sorted(tables)[:5])}); nothing was changed"
                 )
             return None
@@ -247,8 +336,8 @@ class Store:
     def migrate(self, upto: int = sc.LATEST) -> int:
         """Apply the migrations not yet applied (up to `upto`), in one transaction; refuse a
         store from a newer mlb. Returns the version now in force."""
-        where = display(self.location)
-        with _translated(where, "writing"), self._writing() as conn:
+        where = self.shown
+        with self._guard("writing"), self._writing() as conn:
             if self.dialect == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK})
             current = self._version(conn)
@@ -274,7 +363,7 @@ class Store:
     def add(self, rec: Record) -> tuple[int, bool]:
         """Store `rec`; (its id, True) — or (the id already stored, False) for a file whose
         SHA-256 is already recorded (recording is idempotent)."""
-        with _translated(display(self.location), "writing"), self._writing() as conn:
+        with self._guard("writing"), self._writing() as conn:
             found = conn.execute(
                 sa.select(sc.results.c.id).where(sc.results.c.sha256 == rec.sha256)
             ).scalar()
@@ -292,7 +381,7 @@ class Store:
 
     def remove(self, result_id: int) -> bool:
         """Delete one record with its metrics and document; False when there is no such id."""
-        with _translated(display(self.location), "writing"), self._writing() as conn:
+        with self._guard("writing"), self._writing() as conn:
             for table in (sc.metrics, sc.documents):
                 conn.execute(table.delete().where(table.c.result_id == result_id))
             gone = conn.execute(sc.results.delete().where(sc.results.c.id == result_id))
@@ -301,11 +390,20 @@ class Store:
     # ------------------------------------------------------------ reading
 
     def document(self, result_id: int) -> bytes | None:
-        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
+        """The stored file's bytes; None when missing. A body that does not decompress is that
+        record's fault (RecordError), not the store's."""
+        with self._guard("reading"), self.engine.connect() as conn:
             body = conn.execute(
                 sa.select(sc.documents.c.body).where(sc.documents.c.result_id == result_id)
             ).scalar()
-            return None if body is None else zlib.decompress(body)
+        if body is None:
+            return None
+        try:
+            return zlib.decompress(body)
+        except (zlib.error, TypeError) as exc:
+            raise RecordError(
+                f"history #{result_id}: document: does not decompress ({exc})"
+            ) from None
 
     def get(self, result_id: int) -> Entry | None:
         found = self.entries(Query(ids=[result_id]))
@@ -318,7 +416,7 @@ class Store:
         return found[0] if found else None
 
     def count(self) -> int:
-        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
+        with self._guard("reading"), self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(sc.results)).scalar())
 
     def entries(self, q: Query = Query(), with_metrics: bool = True) -> list[Entry]:
@@ -345,31 +443,44 @@ class Store:
         stmt = stmt.order_by(r.created_at.desc(), r.id.desc())
         if q.last:
             stmt = stmt.limit(q.last)
-        with _translated(display(self.location), "reading"), self.engine.connect() as conn:
+        with self._guard("reading"), self.engine.connect() as conn:
             rows = list(conn.execute(stmt).mappings())[::-1]
             metrics = self._metrics(conn, stmt, q.metric) if rows and with_metrics else {}
-        return [_entry(row, metrics.get(row["id"], {})) for row in rows]
+        out = []
+        for row in rows:
+            try:
+                found = metrics.get(row["id"], {})
+                if isinstance(found, RecordError):
+                    raise found
+                out.append(_entry(row, found))
+            except RecordError as exc:  # that record only: the others are still listed
+                self._problem(exc)
+        return out
 
     def _metrics(
         self, conn: Connection, chosen: sa.Select[Any], like: str | None
-    ) -> dict[int, dict[str, MetricSummary]]:
+    ) -> dict[int, dict[str, MetricSummary] | RecordError]:
         """The metric summaries of the records `chosen` selects, in one query (the record
-        query as a subquery: no IN list grows with the history)."""
+        query as a subquery: no IN list grows with the history); a record with a damaged row
+        maps to its RecordError instead."""
         ids = sa.select(chosen.subquery().c.id)
         m = sc.metrics.c
         stmt = sa.select(sc.metrics).where(m.result_id.in_(ids))
         if like:
             stmt = stmt.where(m.name.like(like, escape="\\"))
-        out: dict[int, dict[str, MetricSummary]] = {}
+        out: dict[int, dict[str, MetricSummary] | RecordError] = {}
         # plain tuples in the table's column order: 10,000 records are 50,000+ rows here
-        for rid, name, unit, hib, role, grp, med, low, high, n, reps, mde in conn.execute(stmt):
-            out.setdefault(rid, {})[name] = MetricSummary(
-                name, unit, bool(hib), float(med), low, high, int(n), int(reps), mde, role, grp
-            )
+        for row in conn.execute(stmt):
+            found = out.setdefault(row[0], {})
+            if isinstance(found, dict):
+                try:
+                    found[row[1]] = summary_of_row(*row)
+                except RecordError as exc:
+                    out[row[0]] = exc
         return out
 
     def close(self) -> None:
-        with _translated(display(self.location), "closing"):
+        with self._guard("closing"):
             self.engine.dispose()
 
 
@@ -408,10 +519,23 @@ def _metric_row(result_id: int, m: MetricSummary) -> dict[str, Any]:
     }
 
 
+_TEXT = (
+    "kind", "status", "fingerprint", "created_at", "recorded_at", "config_hash", "path", "sha256",
+)  # fmt: skip
+_OPTIONAL_TEXT = ("git_commit", "git_branch", "subset_hash", "host")
+
+
 def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:
+    """A results row as an Entry; RecordError naming the field when a column holds the wrong
+    type (SQLite stores whatever a hand edit or another tool put there)."""
+    rid = row["id"]
+    for key in (*_TEXT, *_OPTIONAL_TEXT):
+        got = row[key]
+        if not isinstance(got, str) and not (got is None and key in _OPTIONAL_TEXT):
+            raise RecordError(f"history #{rid}: results.{key}: expected text, got {got!r:.40}")
     dirty = row["git_dirty"]
     return Entry(
-        id=int(row["id"]),
+        id=int(rid),
         kind=row["kind"],
         status=row["status"],
         fingerprint=row["fingerprint"],
@@ -430,7 +554,7 @@ def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:
 def _wal(store: Store) -> None:
     """WAL mode (persistent in the file): readers never block the writer, and a killed writer
     leaves a WAL that the next open rolls back. Set outside any transaction, as SQLite wants."""
-    with _translated(store.location, "opening"):
+    with store._guard("opening"):
         raw = store.engine.raw_connection()
         try:
             raw.cursor().execute("PRAGMA journal_mode = WAL")
@@ -441,14 +565,13 @@ def _wal(store: Store) -> None:
 def open_store(location: str, *, create: bool = True) -> Store:
     """Open (and with `create`, create or upgrade) the store at `location`: a path or a
     `postgresql://` URL. Without `create`, a missing SQLite file is StoreMissingError and an
-    un-migrated store is refused rather than changed."""
-    if is_url(location):
-        try:
-            store = Store(_pg_engine(location), location)
-        except (sa.exc.ArgumentError, ImportError) as exc:
-            raise StoreError(f"{display(location)}: not a usable PostgreSQL URL ({exc})") from None
+    un-migrated store is refused rather than changed. A URL of a scheme the store does not
+    support is a StoreError naming the supported ones, never a path."""
+    scheme = url_scheme(location)
+    if scheme is not None and scheme.lower() in PG_SCHEMES:
+        store = Store(_pg_engine(location), location)
     else:
-        path = Path(location)
+        path = sqlite_path(location)
         _check_sqlite_file(path, create)
         store = Store(_sqlite_engine(path), str(path))
         store.version()  # a foreign or corrupt database is refused before anything is written
@@ -473,6 +596,8 @@ def glob_to_like(pattern: str) -> str:
 __all__ = [
     "DEFAULT_PATH",
     "ENV",
+    "PG_SCHEMES",
+    "SUPPORTED",
     "Entry",
     "Query",
     "Store",
@@ -483,4 +608,6 @@ __all__ = [
     "is_url",
     "open_store",
     "resolve_location",
+    "sqlite_path",
+    "url_scheme",
 ]

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 
 from mlbaseline import __version__
 from mlbaseline.errors import UsageError
+from mlbaseline.measure import httpbound
 from mlbaseline.measure.latency import RequestError
+from mlbaseline.redact import redact_url
 
 # ---------------------------------------------------------------- model service
 
@@ -146,12 +148,13 @@ def parse_endpoint(url: str) -> Endpoint:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise UsageError(f"latency.url: '{url}' is not a valid URL ({exc})") from None
+        # the URL may hold a password or a token: it is quoted only redacted
+        raise UsageError(f"latency.url: '{redact_url(url)}' is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https"):
         shown = parts.scheme or "no scheme"
         raise UsageError(f"latency.url: only http:// and https:// URLs are accepted, got {shown}")
     if not parts.hostname:
-        raise UsageError(f"latency.url: '{url}' has no host")
+        raise UsageError(f"latency.url: '{redact_url(url)}' has no host")
     if parts.username or parts.password:
         raise UsageError("latency.url: credentials in the URL are not supported")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -165,29 +168,33 @@ class HttpClient:
     Stages: prepare = open the connection when there is none (the first request, or after the
     server closed it); compute = send the request and wait for the status line and headers
     (network + server work); post = read the body. Redirects are never followed: only the given
-    URL is contacted, and a 3xx is recorded as a failed request."""
+    URL is contacted, and a 3xx is recorded as a failed request. `latency.timeout_s` bounds the
+    whole request, connect to last byte, and the body is counted, never kept, up to
+    `latency.max_response_bytes` (`httpbound`)."""
 
     def __init__(self, service: HttpService) -> None:
         self.s = service
-        self.conn: http.client.HTTPConnection | None = None
+        self.conn: httpbound.DeadlineMixin | None = None
 
-    def _open(self) -> http.client.HTTPConnection:
+    def _open(self) -> httpbound.DeadlineMixin:
         ep, timeout = self.s.endpoint, self.s.timeout_s
         if ep.scheme == "https":
             ctx = ssl.create_default_context()
-            return http.client.HTTPSConnection(ep.host, ep.port, timeout=timeout, context=ctx)
-        return http.client.HTTPConnection(ep.host, ep.port, timeout=timeout)
+            return httpbound.DeadlineHTTPSConnection(ep.host, ep.port, timeout=timeout, context=ctx)
+        return httpbound.DeadlineHTTPConnection(ep.host, ep.port, timeout=timeout)
 
     def _fail(self, exc: BaseException, during: str) -> RequestError:
         """Drop the connection (its state is unknown) and describe the failure."""
         self.close()
         if isinstance(exc, TimeoutError):
-            return RequestError("timeout", f"{during}: no answer within {self.s.timeout_s:g} s")
+            limit = f"{self.s.timeout_s:g} s (latency.timeout_s, the whole request)"
+            return RequestError("timeout", f"{during}: no answer within {limit}")
         return RequestError("connection", f"{during}: {type(exc).__name__}: {exc}")
 
-    def prepare(self, index: int) -> http.client.HTTPConnection:
+    def prepare(self, index: int) -> httpbound.DeadlineMixin:
         if self.conn is None:
             self.conn = self._open()
+        self.conn.start(self.s.timeout_s)  # one deadline for the whole request
         if self.conn.sock is None:
             try:
                 self.conn.connect()
@@ -195,7 +202,7 @@ class HttpClient:
                 raise self._fail(exc, "connect") from None
         return self.conn
 
-    def compute(self, conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
+    def compute(self, conn: Any) -> http.client.HTTPResponse:
         s = self.s
         try:
             conn.request(s.method, s.endpoint.target, body=s.body, headers=s.headers)
@@ -205,7 +212,10 @@ class HttpClient:
 
     def post(self, response: http.client.HTTPResponse) -> tuple[int, int]:
         try:
-            body = response.read()
+            size = httpbound.read_capped(response, self.s.max_response_bytes)
+        except httpbound.BodyTooLarge as exc:
+            self.close()  # the rest of the body is still on the wire
+            raise RequestError("too_large", f"{exc} (latency.max_response_bytes)") from None
         except (OSError, http.client.HTTPException) as exc:
             raise self._fail(exc, "reading the body") from None
         status = response.status
@@ -218,7 +228,7 @@ class HttpClient:
             )
         if status >= 400:
             raise RequestError(f"http_{status}", f"HTTP {status} {response.reason}", status)
-        return status, len(body)
+        return status, size
 
     def close(self) -> None:
         if self.conn is not None:
@@ -236,11 +246,13 @@ class HttpService:
         body: bytes | None = None,
         content_type: str = "application/json",
         timeout_s: float = 10.0,
+        max_response_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.endpoint = parse_endpoint(url)
         self.method = method
         self.body = body
         self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
         self.headers = {"User-Agent": f"mlb/{__version__}", "Accept": "*/*"}
         if body is not None:
             self.headers["Content-Type"] = content_type
@@ -253,12 +265,13 @@ class HttpService:
         return {
             "type": "http",
             "device": "http",
-            "url": self.endpoint.url,
+            "url": redact_url(self.endpoint.url),  # written to the result: no token
             "method": self.method,
             "content_type": self.headers.get("Content-Type"),
             "body_bytes": len(body),
             "body_sha256": hashlib.sha256(body).hexdigest(),
             "timeout_s": self.timeout_s,
+            "max_response_bytes": self.max_response_bytes,
             "redirects": "not followed; recorded as failed requests",
         }
 

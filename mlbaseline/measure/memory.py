@@ -11,10 +11,18 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import psutil
+
+from mlbaseline import formatting
+from mlbaseline.errors import ConfigError
 
 
 class MemoryMeter(Protocol):
@@ -113,3 +121,64 @@ def make_memory_meter(device: str) -> MemoryMeter:
     if device.startswith("cuda"):
         return CudaMemoryMeter(device)
     return RssMeter()
+
+
+# ---------------------------------------------------------------- will a batch fit at all?
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8}
+
+
+@dataclass(frozen=True)
+class BatchEstimate:
+    """The bytes of one input batch: `batch` samples of `sample_shape` in `dtype`. A lower bound
+    of what a step needs (activations come on top), so a batch over the memory available
+    cannot run, and allocating it only ends in a MemoryError or an OOM-killed process."""
+
+    batch: int
+    sample_shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def bytes(self) -> int:
+        return self.batch * math.prod(self.sample_shape) * DTYPE_BYTES[self.dtype]
+
+    def describe(self) -> str:
+        shape = "×".join(map(str, self.sample_shape))
+        return f"{self.batch} × {shape} {self.dtype} ≈ {formatting.size(self.bytes, ',.1f')}"
+
+
+def host_available_bytes() -> int:
+    return int(psutil.virtual_memory().available)
+
+
+def cuda_free_bytes(device: str) -> int:
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
+
+
+def available_bytes(
+    device: str,
+    host: Callable[[], int] = host_available_bytes,
+    cuda_free: Callable[[str], int] = cuda_free_bytes,
+) -> int:
+    """Memory a new batch can take: the host's available memory (every batch is built there
+    first), and on CUDA the less of that and the device's free memory."""
+    have = host()
+    return min(have, cuda_free(device)) if device.startswith("cuda") else have
+
+
+def refuse_oversized_batch(
+    where: str,
+    estimate: BatchEstimate,
+    device: str,
+    available: Callable[[str], int] = available_bytes,
+) -> None:
+    """ConfigError (exit 2) before anything is allocated when the batch cannot fit."""
+    have = available(device)
+    if estimate.bytes > have:
+        raise ConfigError(
+            f"{where}: {estimate.describe()}, more than the {formatting.size(have, ',.1f')} "
+            "available"
+        )

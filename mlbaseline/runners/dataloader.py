@@ -214,9 +214,14 @@ def run_dataloader(
     import torch
 
     from mlbaseline.measure.determinism import resolve_device, set_determinism
+    from mlbaseline.workloads.factory import refuse_oversized_batches
 
     progress = progress or NullProgress()
     device = resolve_device(cfg.workload.device)
+    batch, where = cfg.dataloader.batch_size, "dataloader.batch_size"
+    if batch is None:
+        batch, where = cfg.golden.batch_size, "golden.batch_size"
+    refuse_oversized_batches(cfg, where, [batch], device)  # before any batch is built
     flags = set_determinism(
         cfg.golden.seed, cfg.workload.deterministic, cfg.workload.cudnn_benchmark
     )

@@ -2,7 +2,8 @@
 
 Each function opens the store named by the config (env `MLB_HISTORY` > `history.store` >
 `mlb-results/history.sqlite`), does one job, closes it, and returns plain data the CLI renders.
-Read-only jobs never create a store; only recording, `add` and `rm` write.
+Read-only jobs never create a store; only recording, `add` and `rm` write. A read that leaves a
+damaged record out says so through `warn` (one line per record), so the CLI can show it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +21,23 @@ from typing import Any
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError, NotComparableError, UsageError
 from mlbaseline.history.gate import check_allow, gate_input, judge
-from mlbaseline.history.record import GitInfo, Record, detect_git, record_file, record_of
+from mlbaseline.history.record import (
+    GitInfo,
+    Record,
+    RecordError,
+    detect_git,
+    read_document,
+    record_file,
+    record_of,
+)
 from mlbaseline.history.series import Series, build_series, check_row, check_series, trend_rows
 from mlbaseline.history.store import (
     Entry,
     Query,
     Store,
+    StoreError,
     StoreMissingError,
+    display,
     glob_to_like,
     open_store,
     resolve_location,
@@ -37,17 +48,33 @@ from mlbaseline.results import Result, parse_result, read_result_bytes
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?Z?$")
 
 
+Warn = Callable[[str], None]
+
+
 def location(cfg: Config) -> str:
+    """The store's location, to open it; never shown (see shown_location)."""
     return resolve_location(cfg.history.store or None)
 
 
+def shown_location(cfg: Config) -> str:
+    """The store's location as messages, listings and reports show it: no password."""
+    return display(location(cfg))
+
+
+def _unreported(message: str) -> None:
+    """For a caller with no one to tell (the report's History section): the damaged record
+    is left out there, and `mlb history list` names it."""
+
+
 @contextmanager
-def opened(cfg: Config, create: bool = False) -> Iterator[Store]:
+def opened(cfg: Config, create: bool = False, warn: Warn = _unreported) -> Iterator[Store]:
     store = open_store(location(cfg), create=create)
     try:
         yield store
     finally:
         store.close()
+        for line in store.problems:
+            warn(f"{line}; that record is left out")
 
 
 # ---------------------------------------------------------------- recording and import
@@ -61,21 +88,49 @@ class Recorded:
 
 
 def record(paths: Sequence[Path], cfg: Config, git: GitInfo | None = None) -> list[Recorded]:
-    """Record result files (validated first, all of them, before the store is touched)."""
+    """Record result files (validated first, all of them, before the store is touched). Each
+    file is its own transaction: when one fails (a full disk, a lock), the error says which
+    files are already in the store, so a rerun of `history add` knows what it repeats."""
     git = git if git is not None else detect_git()
     records = [(Path(p), record_file(Path(p), git)) for p in paths]
+    done: list[Recorded] = []
     with opened(cfg, create=True) as store:
-        return [Recorded(p, *store.add(rec)) for p, rec in records]
+        for p, rec in records:
+            try:
+                done.append(Recorded(p, *store.add(rec)))
+            except StoreError as exc:
+                raise StoreError(exc.message + _kept(done, len(records))) from None
+    return done
 
 
-def remove(result_id: int, cfg: Config, force: bool) -> Entry:
+def _kept(done: Sequence[Recorded], total: int, named: int = 5) -> str:
+    """' (2 of 160 files were recorded before this: a.json, b.json)' (the first `named`)."""
+    if total < 2:
+        return ""
+    if not done:
+        return f" (none of the {total} files was recorded)"
+    names = ", ".join(str(d.path) for d in done[:named])
+    more = f", and {len(done) - named} more" if len(done) > named else ""
+    return f" ({len(done)} of {total} files were recorded before this: {names}{more})"
+
+
+def remove(result_id: int, cfg: Config, force: bool) -> tuple[Entry | None, str | None]:
+    """Delete one record: (its entry, None), or (None, the problem) for a damaged record,
+    which `rm` deletes as well: it is how a store gets rid of one."""
     if not force:
         raise UsageError(f"mlb history rm {result_id}: deleting a record needs --force")
     with opened(cfg, create=False) as store:
         entry = store.get(result_id)
-        if entry is None or not store.remove(result_id):
+        problem = None if entry is not None else _problem_of(store, result_id)
+        store.problems.clear()  # the damaged record is the one being deleted: no warning
+        if not store.remove(result_id):
             raise UsageError(f"history has no record #{result_id}")
-        return entry
+        return entry, problem
+
+
+def _problem_of(store: Store, result_id: int) -> str | None:
+    """What a read found wrong with record #result_id (it was left out), if anything."""
+    return next((p for p in store.problems if p.startswith(f"history #{result_id}:")), None)
 
 
 # ---------------------------------------------------------------- reading
@@ -107,23 +162,41 @@ def query(
     )
 
 
-def entries(cfg: Config, q: Query) -> list[Entry]:
+def entries(cfg: Config, q: Query, warn: Warn = _unreported) -> list[Entry]:
     """The matching records, oldest first; an absent store has none."""
     try:
-        with opened(cfg) as store:
+        with opened(cfg, warn=warn) as store:
             return store.entries(q)
     except StoreMissingError:
         return []
 
 
-def show(cfg: Config, result_id: int) -> tuple[Entry, dict[str, Any] | None]:
-    """One record and its stored result document."""
+@dataclass(frozen=True)
+class Shown:
+    entry: Entry
+    document: dict[str, Any] | None  # None: missing, or damaged (then `problem` says how)
+    problem: str | None = None
+
+
+def show(cfg: Config, result_id: int) -> Shown:
+    """One record and its stored result document. A damaged summary row is an error naming
+    the field; a damaged document still shows the record, with the problem beside it."""
     with opened(cfg) as store:
         entry = store.get(result_id)
         if entry is None:
+            problem = _problem_of(store, result_id)
+            store.problems.clear()  # the error says it: no warning as well
+            if problem:
+                raise RecordError(f"{problem} (mlb history rm {result_id} --force deletes it)")
             raise UsageError(f"history has no record #{result_id}")
-        body = store.document(result_id)
-    return entry, (json.loads(body) if body else None)
+        try:
+            body = store.document(result_id)
+            if body is not None:
+                read_document(body, result_id)  # validated before it is shown
+        except RecordError as exc:
+            store.problems.clear()  # told here, not as a warning as well
+            return Shown(entry, None, exc.message)
+    return Shown(entry, json.loads(body) if body else None)
 
 
 EXPORT_FIELDS = (
@@ -187,8 +260,10 @@ def export_text(found: Sequence[Entry], fmt: str) -> str:
 # ---------------------------------------------------------------- series
 
 
-def series(cfg: Config, q: Query, metrics: Sequence[str] | None) -> list[Series]:
-    return build_series(entries(cfg, q), metrics)
+def series(
+    cfg: Config, q: Query, metrics: Sequence[str] | None, warn: Warn = _unreported
+) -> list[Series]:
+    return build_series(entries(cfg, q, warn), metrics)
 
 
 def check(cfg: Config, found: Sequence[Series], min_points: int = 4) -> list[dict[str, Any]]:
@@ -293,7 +368,7 @@ def report_view(results: Sequence[Result], cfg: Config) -> Any:
     found = [s for s in found if len(s.points) >= 2]
     if not found:
         return None
-    return trend_view(found, check(cfg, found), location(cfg))
+    return trend_view(found, check(cfg, found), shown_location(cfg))
 
 
 # ---------------------------------------------------------------- the gate
@@ -353,6 +428,8 @@ __all__ = [
     "EXPORT_FIELDS",
     "GateRun",
     "Recorded",
+    "Shown",
+    "Warn",
     "check",
     "entries",
     "export_rows",
@@ -365,5 +442,6 @@ __all__ = [
     "remove",
     "series",
     "show",
+    "shown_location",
     "trend",
 ]

@@ -46,11 +46,13 @@ from mlbaseline.measure.latency import (
 )
 from mlbaseline.progress import Progress
 from mlbaseline.results import Check, Metric, Result
+from mlbaseline.yamlread import read_regular
 
 QUANTILES = (50, 90, 95, 99)
 MAX_ERROR_SHARE = 0.01  # more failures than this and the p99 cannot be met by anyone
 HISTOGRAM_MAX_BINS = 60
 OMISSION_RATIO = 2.0  # open/closed p99 ratio above which the gap is flagged
+MAX_BODY_FILE_BYTES = 64 * 1024 * 1024  # a request body is read whole into memory once
 
 LOOP_NOTES = {
     "closed": (
@@ -115,12 +117,14 @@ def read_body(lat: LatencyConfig) -> bytes | None:
         return lat.body.encode("utf-8")
     if lat.body_file is not None:
         path = Path(lat.body_file)
-        try:
-            return path.read_bytes()
+        try:  # bounded: `--body-file /dev/zero` would otherwise read until memory runs out
+            return read_regular(path, MAX_BODY_FILE_BYTES)
         except FileNotFoundError:
             raise ConfigError(f"latency.body_file: {path}: no such file") from None
         except OSError as exc:
             raise ConfigError(f"latency.body_file: {path}: cannot read ({exc.strerror})") from None
+        except ValueError as exc:  # not a regular file, or over the cap
+            raise ConfigError(f"latency.body_file: {path}: {exc}") from None
     return None
 
 
@@ -131,7 +135,9 @@ def build_service(cfg: Config, body: bytes | None) -> Service:
 
     lat = cfg.latency
     if lat.url is not None:
-        return ls.HttpService(lat.url, lat.method, body, lat.content_type, lat.timeout_s)
+        return ls.HttpService(
+            lat.url, lat.method, body, lat.content_type, lat.timeout_s, lat.max_response_bytes
+        )
     return build_model_service(cfg)
 
 

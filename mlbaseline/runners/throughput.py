@@ -69,7 +69,7 @@ from mlbaseline.runners.sweep import (
     infer_one_size,
     train_one_size,
 )
-from mlbaseline.workloads.factory import build_dataset
+from mlbaseline.workloads.factory import build_dataset, refuse_oversized_batches
 
 RESIDUAL_LIMIT = 0.05  # stage sums within 5% of the step time
 TELEMETRY_OVERHEAD_LIMIT = 0.02
@@ -376,6 +376,7 @@ def _prepare(cfg: Config, probe: GpuProbe) -> tuple[str, Result]:
             f"throughput.nproc: {t.nproc} processes need {t.nproc} GPUs; "
             f"{torch.cuda.device_count()} visible"
         )
+    refuse_oversized_batches(cfg, "throughput.batch_sizes", list(t.batch_sizes), device)
     if w.threads:
         torch.set_num_threads(w.threads)
     allocator = tune_malloc(w.malloc_tuning)

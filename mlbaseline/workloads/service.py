@@ -9,6 +9,7 @@ import torch
 
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.latency_services import ModelService
+from mlbaseline.measure.memory import BatchEstimate, refuse_oversized_batch
 from mlbaseline.workloads.factory import build_model, model_dtype
 
 
@@ -21,7 +22,6 @@ def build_model_service(cfg: Any) -> ModelService:
     if w.threads:
         torch.set_num_threads(w.threads)
     dtype = model_dtype(w)
-    model = build_model(w).to(device=device, dtype=dtype).eval()
     batch = cfg.latency.batch_size
     if w.task == "text":
         length = min(w.max_length, max(w.min_length, w.max_length // 4))
@@ -35,6 +35,9 @@ def build_model_service(cfg: Any) -> ModelService:
         def make_input(g: Any) -> Any:
             return torch.rand(shape, generator=g).to(dtype)
 
+    estimate = BatchEstimate(batch, shape[1:], "int64" if w.task == "text" else "float32")
+    refuse_oversized_batch("latency.batch_size", estimate, device)  # before any allocation
+    model = build_model(w).to(device=device, dtype=dtype).eval()
     info = {"model": w.model, "task": w.task, "input_shape": list(shape), "dtype": w.dtype}
     service = ModelService(model, make_input, device, cfg.golden.seed, info=info)
     service.prime()
