@@ -7,45 +7,42 @@ here reads a payload when it is there and otherwise computes the figure from the
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
+from mlbaseline.documents.base import one_line
+from mlbaseline.documents.data_throughput import BatchEntry, PartSummary
+from mlbaseline.documents.data_throughput import Data as ThroughputData
+from mlbaseline.errors import ResultFileError
 from mlbaseline.report.data import Group, Telemetry, all_groups, estimate, finite, share
 from mlbaseline.results import Result
+
+# the one mapping of in-memory values to a file's (NaN as null, numpy scalars as numbers)
+from mlbaseline.results import _jsonable as jsonable
 
 DEFAULT_KNEE_TOLERANCE = 0.05
 MANIFEST_NAME = "subset_manifest.json"  # as mlbaseline.subset.manifest writes it
 
 
-def pick(doc: Any, *paths: str, default: Any = None) -> Any:
-    """The first dotted path present (and not None) in a nested mapping."""
-    for path in paths:
-        node = doc
-        for part in path.split("."):
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            else:
-                node = None
-                break
-        if node is not None:
-            return node
-    return default
+def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """`doc[key]` when it is there, else empty. The payload's fields have the types of its
+    kind's model (`documents.data_<kind>`: a file is validated when it is read); a section
+    is absent only where the writer omits it (a dry run, an interrupted run, a CPU run) or in
+    a `Result` built in memory with part of a payload."""
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
-def _walk(doc: Any) -> Iterator[Mapping[str, Any]]:
-    """Every mapping nested anywhere in a payload (depth first)."""
-    if isinstance(doc, Mapping):
-        yield doc
-        for v in doc.values():
-            yield from _walk(v)
-    elif isinstance(doc, list):
-        for v in doc:
-            yield from _walk(v)
+def _first(*values: Any) -> Any:
+    """The first value that is not None (a payload's own field before the manifest's)."""
+    return next((v for v in values if v is not None), None)
 
 
 def _config(results: Sequence[Result], section: str, key: str) -> Any:
@@ -152,19 +149,19 @@ def subset_facts(
     m: Mapping[str, Any] = manifest or {}
     f = SubsetFacts()
     f.class_counts = (
-        _per_class(pick(d, "counts.per_class"), "selected")
+        _per_class(_section(d, "counts").get("per_class"), "selected")
         or _plan_counts(d.get("plan"), "selected")
         or _per_class(m.get("counts"), "selected")
     )
     f.full_counts = _plan_counts(d.get("plan"), "images") or _per_class(
         m.get("counts"), "available"
     )
-    selected = pick(d, "counts.selected", "n", default=m.get("n"))
+    selected = _first(_section(d, "counts").get("selected"), d.get("n"), m.get("n"))
     f.samples = int(selected) if isinstance(selected, int) else sum(f.class_counts.values()) or None
     f.classes = len(f.class_counts) or None
-    f.strategy = pick(d, "strategy", default=m.get("strategy"))
-    f.seed = pick(d, "seed", default=m.get("seed"))
-    f.sha256 = pick(d, "manifest_sha256")
+    f.strategy = _first(d.get("strategy"), m.get("strategy"))
+    f.seed = _first(d.get("seed"), m.get("seed"))
+    f.sha256 = d.get("manifest_sha256")
     _kl_facts(f, d, r)
     f.tries = len(d.get("tries") or [])
     f.corrupt = len(d.get("corrupt") or [])
@@ -190,12 +187,12 @@ def subset_facts(
 
 def _kl_facts(f: SubsetFacts, d: Mapping[str, Any], r: Result | None) -> None:
     """The KL part of the subset facts: mean, threshold, extractor, per feature and class."""
-    kl = d.get("kl") if isinstance(d.get("kl"), Mapping) else {}
+    kl = _section(d, "kl")
     f.kl_mean = _float(kl.get("mean"))
     f.kl_threshold = _float(kl.get("threshold"))
     if f.kl_threshold is None and r is not None:
         f.kl_threshold = _float(_config([r], "subset", "kl_threshold"))
-    f.extractor = pick(kl, "extractor", default=pick(d, "extractor.name"))
+    f.extractor = _first(kl.get("extractor"), _section(d, "extractor").get("name"))
     per_feature = kl.get("per_feature")
     if isinstance(per_feature, Mapping):
         f.feature_kl = {str(k): float(v) for k, v in per_feature.items() if _float(v) is not None}
@@ -242,52 +239,64 @@ class BatchFacts:
     window: tuple[float, float] | None = None  # on the telemetry clock, when recorded
 
 
-def _batch_entry(result: Result, family: str, batch: int | None) -> dict[str, Any]:
-    """The throughput runner's entry for one batch size and mode:
-    `data["batch_sizes"][str(B)]` (status, stop_reason) merged with its "train" or
-    "inference" part (summary, loop facts, peak memory)."""
-    if batch is None:
-        return {}
-    entries = result.data.get("batch_sizes")
-    if not isinstance(entries, Mapping):
-        return {}
-    entry = entries.get(str(batch))
-    if not isinstance(entry, Mapping):
-        return {}
-    part = entry.get("train" if family == "train" else "inference")
-    return {**entry, **(part if isinstance(part, Mapping) else {})}
+def throughput_data(result: Result) -> ThroughputData | None:
+    """The payload of a throughput result as its typed model (documents.data_throughput);
+    None for another kind. A file was validated when it was read; a result still in memory
+    (`mlb run` renders its report from them) goes through its JSON form, as its file holds it
+    (NaN as null, numpy scalars as numbers)."""
+    if result.kind != "throughput":
+        return None
+    body = json.dumps(jsonable(result.data))
+    try:
+        return ThroughputData.model_validate_json(body)
+    except ValidationError as exc:
+        raise ResultFileError(one_line(exc, "throughput result: data", json.loads(body))) from None
+
+
+def _batch_entry(
+    result: Result, family: str, batch: int | None
+) -> tuple[BatchEntry | None, PartSummary | None]:
+    """The throughput runner's entry for one batch size (status, stop reason) and its "train"
+    or "inference" part (summary, loop facts, peak memory); (None, None) when not recorded."""
+    data = throughput_data(result)
+    entry = data.batch_sizes.get(str(batch)) if data is not None and batch is not None else None
+    if entry is None:
+        return None, None
+    return entry, entry.train if family == "train" else entry.inference
 
 
 def batch_facts(result: Result, g: Group) -> BatchFacts:
-    entry = _batch_entry(result, g.family, g.batch_size)
+    entry, part = _batch_entry(result, g.family, g.batch_size)
     facts = BatchFacts()
-    facts.peak_memory = _float(entry.get("peak_memory_bytes"))
-    kind = entry.get("memory_kind")
-    facts.memory_kind = str(kind) if kind else None
-    reason = entry.get("stop_reason")
-    facts.stop_reason = str(reason) if reason is not None else None
-    facts.status = str(entry["status"]) if entry.get("status") is not None else None
-    window = entry.get("telemetry_window_s")
-    if isinstance(window, list) and len(window) == 2 and all(_float(v) is not None for v in window):
-        facts.window = (float(window[0]), float(window[1]))
+    if entry is None:
+        return facts
+    facts.status = entry.status
+    facts.stop_reason = entry.stop_reason
+    if part is None:
+        return facts
+    # the part's own account wins over the entry's: a part that failed says so itself
+    facts.status = part.status or facts.status
+    facts.stop_reason = part.stop_reason or facts.stop_reason
+    if part.peak_memory_bytes is not None:
+        facts.peak_memory = float(part.peak_memory_bytes)
+    facts.memory_kind = part.memory_kind or None
+    window = part.telemetry_window_s
+    if window is not None and len(window) == 2:
+        facts.window = (window[0], window[1])
     return facts
 
 
 def failed_sizes(result: Result) -> list[tuple[int, str, str]]:
     """Batch sizes (and parts) the throughput runner recorded as out of memory or failed:
     (batch size, part, "oom: message")."""
-    out = []
-    entries = result.data.get("batch_sizes")
-    if not isinstance(entries, Mapping):
-        return out
-    for key, entry in entries.items():
-        if not isinstance(entry, Mapping):
-            continue
-        for part in ("train", "inference"):
-            info = entry.get(part)
-            if isinstance(info, Mapping) and info.get("status") in ("oom", "error"):
-                b = int(entry.get("batch_size", key))
-                out.append((b, part, f"{info['status']}: {info.get('error', '')}".rstrip(": ")))
+    data = throughput_data(result)
+    out: list[tuple[int, str, str]] = []
+    for entry in data.batch_sizes.values() if data is not None else []:
+        for name, part in (("train", entry.train), ("inference", entry.inference)):
+            if part is not None and part.status in ("oom", "error"):
+                out.append(
+                    (entry.batch_size, name, f"{part.status}: {part.error or ''}".rstrip(": "))
+                )
     return out
 
 
@@ -325,7 +334,7 @@ def latency_level(result: Result, prefix: str) -> Mapping[str, Any]:
 
 def level_percentile(level: Mapping[str, Any], q: float) -> tuple[float, float, float] | None:
     """(value, CI low, CI high) of a percentile as the latency runner stored it."""
-    entry = pick(level, f"stats.p{q:g}")
+    entry = _section(level, "stats").get(f"p{q:g}")
     if not isinstance(entry, Mapping):
         return None
     value, ci = _float(entry.get("value")), entry.get("ci")
@@ -356,11 +365,11 @@ def latency_extras(result: Result) -> list[str]:
             lines.append(
                 f"- {key}: {errors['count']} failed request(s) ({errors.get('share', 0):.2%})"
             )
-    knee = pick(result.data, "sweep.knee")
+    knee = _section(result.data, "sweep").get("knee")
     if "sweep" in result.data:
         shown = knee if knee is not None else "none (no swept level meets it)"
         lines.append(f"- Highest concurrency whose p99 meets the SLA: **{shown}**")
-    omission = pick(result.data, "coordinated_omission.explanation")
+    omission = _section(result.data, "coordinated_omission").get("explanation")
     if isinstance(omission, str):
         lines.append(f"- Coordinated omission: {omission}")
     return [*lines, ""] if lines else []
@@ -438,7 +447,7 @@ def loader_knee(results: Sequence[Result], points: Sequence[LoaderPoint]) -> int
     """The runner's knee if it recorded one, else computed the same way: the smallest worker
     count (warm cache, no pin) whose median samples/s is within the knee tolerance of the best."""
     for r in results:
-        k = pick(r.data, "knee.workers", "knee.num_workers", "knee")
+        k = _section(r.data, "knee").get("workers")
         if isinstance(k, int) and not isinstance(k, bool):
             return k
     plain = [p for p in points if not p.variant]
@@ -454,8 +463,8 @@ def loader_extras(results: Sequence[Result], points: Sequence[LoaderPoint]) -> l
     knee = loader_knee(results, points)
     cpus = None
     for r in results:
-        cpus = pick(r.data, "usable_cpus", "cpus.usable", "cpus") or pick(
-            r.environment, "informational.usable_cpus"
+        cpus = r.data.get("usable_cpus") or _section(r.environment, "informational").get(
+            "usable_cpus"
         )
         if cpus:
             break
@@ -467,16 +476,16 @@ def loader_extras(results: Sequence[Result], points: Sequence[LoaderPoint]) -> l
             text += f"; rule of thumb min(64, 2·cpus + 1) = {thumb} for {cpus} usable CPUs"
         lines.append(text)
     for r in results:
-        rec = pick(r.data, "recommendation", "knee.recommendation")
+        rec = r.data.get("recommendation")
         if isinstance(rec, str):
             lines.append(f"- Recommendation: {rec}")
-        corrupt = pick(r.data, "corrupt.count")
+        corrupt = _section(r.data, "corrupt").get("count")
         if isinstance(corrupt, int) and corrupt:
             lines.append(f"- {corrupt} unreadable or corrupt file(s) listed and skipped")
         pin = r.data.get("pin_memory_effect")
         if isinstance(pin, Mapping) and pin.get("applicable") is False:
             lines.append(f"- pin_memory: not applicable ({pin.get('reason', 'no CUDA device')})")
-        bound = pick(r.data, "input_bound.message")
+        bound = _section(r.data, "input_bound").get("message")
         if isinstance(bound, str):
             lines.append(f"- Input-bound: {bound}")
     whole = [g.prefix for g in all_groups(results, "dataloader") if g.total and not g.stages]
