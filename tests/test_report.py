@@ -640,7 +640,9 @@ def test_gpu_signals_ignore_the_idle_phases_of_a_run_timeline():
 def test_gpu_signals_judge_the_recorded_training_windows():
     r = train_result()
     r.data = {
-        "batch_sizes": {"16": {"batch_size": 16, "train": {"telemetry_window_s": [5.0, 9.9]}}}
+        "batch_sizes": {
+            "16": {"batch_size": 16, "status": "ok", "train": {"telemetry_window_s": [5.0, 9.9]}}
+        }
     }
     series = np.r_[_sawtooth(50), np.full(50, 92.0)]  # t = 0–4.9 s sawtooth, 5–9.9 s steady
     assert signals.training_windows([r]) == [(5.0, 9.9)]
