@@ -34,6 +34,31 @@ class Median(Strict):
     ci_high: Num
 
 
+class TraceStage(Strict):
+    """One stage (or the step) of `measure.trace.compare`: the profiler's time against mlb's."""
+
+    mlb_s: FiniteFloat
+    profiler_s: FiniteFloat
+    ranges: int
+    source: str
+    difference: Num
+    agree: bool
+
+
+class Trace(Strict):
+    """`--trace`: the profiler window's cross-check of the stage timer, and its trace file
+    (null with the reason in `stored` when no output path was given)."""
+
+    steps: int
+    window: str  # where the window lies, in words
+    tolerance: FiniteFloat
+    floor_s_per_step: FiniteFloat
+    stages: dict[str, TraceStage]
+    file: str | None = None
+    stored: str | None = None
+    counter_events: int | None = None
+
+
 class PartSummary(Strict):
     """One part (`train`, `train_ddp`, `inference`) of one batch size: the group summary of
     its metrics (`pooling.group_summary`) merged with what the run says about itself (the stop
@@ -75,6 +100,7 @@ class PartSummary(Strict):
     ranks: list[int] | None = None
     allreduce_busbw_Bps: Num = None
     telemetry_window_s: list[FiniteFloat] | None = None  # [start, end] on the timeline
+    trace: Trace | None = None  # --trace, training only
     # a part that failed (oom / error)
     status: str | None = None
     error: str | None = None
