@@ -239,9 +239,14 @@ def test_screen_and_report_show_the_sittings():
     gs = [g for g in all_groups([r], "train") if g.stages]
     row = [x for x in noise_table([r], gs) if x.startswith("| 8 |")]
     assert row and row[-1].endswith("| – | – |")  # no history yet: said, not left out
-    r.data["noise"]["train.bs8.step"]["sittings"] = {
-        "between_sd": 0.021,
+    r.data["noise"]["train.bs8.step"]["sittings"] = {  # as history.sittings records it
         "sittings": 7,
+        "figure_sd": 0.03,
+        "process_part_sd": 0.02,
+        "between_sd": 0.021,
+        "between_share": 0.5,
+        "dof": 6,
+        "history_ids": [1, 2, 3, 4, 5, 6],
         "mde_across_sittings": 0.083,
     }
     _, line = noise_lines(r)

@@ -24,6 +24,7 @@ from mlbaseline.cli.common import (
     parse_int_list,
 )
 from mlbaseline.config import Config
+from mlbaseline.documents.data_throughput import Data, Noise, PartSummary
 from mlbaseline.errors import UsageError
 from mlbaseline.results import Result
 
@@ -44,19 +45,36 @@ def telemetry_name(output: Path) -> str:
     return f"{output.stem}.telemetry.csv"
 
 
-def _fmt_rate(info: dict[str, Any]) -> str:
-    r = info.get("samples_per_s")
-    if not r:
+def throughput_data(result: Result) -> Data | None:
+    """The typed payload (report.payloads' reader, imported here only when a summary is
+    shown: it brings NumPy, which `mlb --help` does not need)."""
+    from mlbaseline.report.payloads import throughput_data as typed
+
+    return typed(result)
+
+
+def _fmt_rate(info: PartSummary) -> str:
+    r = info.samples_per_s
+    if r is None or r.median is None or r.ci_low is None or r.ci_high is None:
         return "-"
-    return f"{r['median']:.1f} [{r['ci_low']:.1f}, {r['ci_high']:.1f}]"
+    return f"{r.median:.1f} [{r.ci_low:.1f}, {r.ci_high:.1f}]"
 
 
-def _parts(result: Result) -> list[tuple[str, str, dict[str, Any]]]:
+def _pct(x: float | None) -> str:
+    return f"{x * 100:.1f}" if x is not None else "-"
+
+
+def _parts(result: Result) -> list[tuple[str, str, PartSummary]]:
+    """(batch size, part, its summary) of every part the result recorded."""
+    data = throughput_data(result)
     out = []
-    for key, entry in result.data.get("batch_sizes", {}).items():
-        for part in ("train", "train_ddp", "inference"):
-            info = entry.get(part)
-            if isinstance(info, dict):
+    for key, entry in data.batch_sizes.items() if data is not None else []:
+        for part, info in (
+            ("train", entry.train),
+            ("train_ddp", entry.train_ddp),
+            ("inference", entry.inference),
+        ):
+            if info is not None:
                 out.append((key, part, info))
     return out
 
@@ -68,31 +86,32 @@ def summary_table(result: Result) -> Group:
     main = Table(title="throughput", title_justify="left")
     for col in ("bs", "part", "samples/s [95% CI]", "step ms", "resid %", "stop", "peak mem"):
         main.add_column(col, justify="left" if col in ("part", "stop") else "right")
-    stages = result.data.get("stages", [])
+    data = throughput_data(result)
+    stages = data.stages if data is not None else []
     shares = Table(title="share of the training step, %", title_justify="left")
     for col in ("bs", "part", *(STAGE_ABBREV.get(s, s) for s in stages), "resid"):
         shares.add_column(col, justify="left" if col == "part" else "right")
     for key, part, info in _parts(result):
         label = PART_LABEL[part]
-        if info.get("status") in ("oom", "error"):
-            note = "out of memory" if info["status"] == "oom" else info.get("error", "error")
-            main.add_row(key, label, f"[red]{escape(note)}[/red]", "-", "-", info["status"], "-")
+        if info.status in ("oom", "error"):
+            note = "out of memory" if info.status == "oom" else info.error or "error"
+            main.add_row(key, label, f"[red]{escape(note)}[/red]", "-", "-", info.status, "-")
             continue
-        time_s = (info.get("time_s") or {}).get("median")
-        resid = info.get("residual_share")
+        time_s = info.time_s.median if info.time_s is not None else None
+        resid = info.residual_share
         main.add_row(
             key,
             label,
             _fmt_rate(info),
             f"{time_s * 1e3:.2f}" if time_s else "-",
-            f"{resid * 100:.1f}" if resid is not None else "-",
-            str(info.get("stop_reason", "-")),
-            _fmt_bytes(info.get("peak_memory_bytes"), info.get("memory_kind")),
+            _pct(resid),
+            info.stop_reason or "-",
+            _fmt_bytes(info.peak_memory_bytes, info.memory_kind),
         )
-        share = info.get("stage_share")
+        share = info.stage_share
         if share:
-            cells = [f"{share[s] * 100:.1f}" if s in share else "-" for s in stages]
-            shares.add_row(key, label, *cells, f"{resid * 100:.1f}" if resid is not None else "-")
+            cells = [_pct(share.get(s)) for s in stages]
+            shares.add_row(key, label, *cells, _pct(resid))
             mde = _mde_cells(result, key, stages) if part == "train" else None
             if mde:
                 shares.add_row(key, "MDE ±", *mde, "-")
@@ -116,55 +135,60 @@ def trace_table(result: Result) -> Table | None:
     for col in ("bs", "stage", "mlb", "profiler", "diff %", "agree"):
         table.add_column(col, justify="left" if col in ("stage", "agree") else "right")
     for key, part, info in _parts(result):
-        trace = info.get("trace") if part == "train" else None
-        for stage, row in (trace or {}).get("stages", {}).items():
-            diff = row.get("difference")
+        trace = info.trace if part == "train" else None
+        for stage, row in trace.stages.items() if trace is not None else []:
+            diff = row.difference
             table.add_row(
                 key,
                 STAGE_ABBREV.get(stage, stage),
-                f"{row['mlb_s'] * 1e3:.3f}",
-                f"{row['profiler_s'] * 1e3:.3f}",
+                f"{row.mlb_s * 1e3:.3f}",
+                f"{row.profiler_s * 1e3:.3f}",
                 f"{diff * 100:+.1f}" if diff is not None else "-",
-                "yes" if row["agree"] else "[yellow]NO[/yellow]",
+                "yes" if row.agree else "[yellow]NO[/yellow]",
             )
     return table if table.row_count else None
+
+
+def _noise(result: Result) -> dict[str, Noise]:
+    data = throughput_data(result)
+    return (data.noise if data is not None else None) or {}
 
 
 def _mde_cells(result: Result, key: str, stages: list[str]) -> list[str] | None:
     """A training group's MDE per stage, in percent (data["noise"], stats.noise): the smallest
     change a compare of two runs like this one can see; None without replicates."""
-    noise = result.data.get("noise") or {}
+    noise = _noise(result)
     if f"train.bs{key}.step" not in noise:
         return None
     rec = [noise.get(f"train.bs{key}.{s}") for s in stages]
-    return [f"{r['mde'] * 100:.0f}" if r else "-" for r in rec]
+    return [f"{r.mde * 100:.0f}" if r is not None and r.mde is not None else "-" for r in rec]
 
 
 def noise_lines(result: Result) -> list[str]:
     """One line per training group with fresh-process replicates: what the MDE row means, how
     many processes it rests on and the step's share of variance between processes."""
-    noise = result.data.get("noise") or {}
+    noise = _noise(result)
     out = []
     for key, part, _info in _parts(result):
         step = noise.get(f"train.bs{key}.step") if part == "train" else None
-        if step is None:
+        if step is None or step.mde is None:  # no MDE (NaN): nothing it could promise
             continue
         line = (
-            f"MDE bs{key}: changes below {step['mde']:.0%} of the step cannot be seen by a "
-            f"compare of two such runs ({step['processes']} processes; "
-            f"{step['between_share']:.0%} of its variance between them)"
+            f"MDE bs{key}: changes below {step.mde:.0%} of the step cannot be seen by a "
+            f"compare of two such runs ({step.processes} processes; "
+            f"{step.between_share:.0%} of its variance between them)"
         )
-        if not step["decidable"]:
-            line += f"; no verdict is possible below --repeats {step['replicates_to_decide']}"
-        if step["mde"] > step["target"]:
-            line += f"; {step['target']:.0%} needs --repeats {step['replicates_for_target']}"
+        if not step.decidable:
+            line += f"; no verdict is possible below --repeats {step.replicates_to_decide}"
+        if step.mde > step.target:
+            line += f"; {step.target:.0%} needs --repeats {step.replicates_for_target}"
         out.append(line)
-        sit = step.get("sittings")
-        if sit:
+        sit = step.sittings
+        if sit is not None and sit.mde_across_sittings is not None:
             out.append(
-                f"between sittings bs{key}: {sit['sittings']} sittings in the history differ by "
-                f"{sit['between_sd']:.1%} (sd) beyond their processes; against another sitting "
-                f"changes below {sit['mde_across_sittings']:.0%} of the step cannot be seen"
+                f"between sittings bs{key}: {sit.sittings} sittings in the history differ by "
+                f"{sit.between_sd:.1%} (sd) beyond their processes; against another sitting "
+                f"changes below {sit.mde_across_sittings:.0%} of the step cannot be seen"
             )
     return out
 
@@ -174,17 +198,18 @@ def compile_lines(result: Result) -> list[str]:
     from mlbaseline.formatting import duration
 
     return [
-        f"compile bs{key} {part}: {duration(info['compile_s'])} (the first call, traced and "
+        f"compile bs{key} {part}: {duration(info.compile_s)} (the first call, traced and "
         "compiled: neither warm-up nor measured)"
         for key, part, info in _parts(result)
-        if info.get("compile_s") is not None
+        if info.compile_s is not None
     ]
 
 
 def replicate_lines(result: Result) -> list[str]:
     """How many fresh processes `repeats: auto` took and why it stopped (or why it ran one)."""
-    plan = result.data.get("replicate_plan") or {}
-    text = plan.get("message") or plan.get("reason")
+    data = throughput_data(result)
+    plan = data.replicate_plan if data is not None else None
+    text = (plan.message or plan.reason) if plan is not None else None
     return [f"replicates: {text}"] if text else []
 
 
@@ -195,13 +220,14 @@ def print_summary(ui: Ui, result: Result) -> None:
     trace = trace_table(result)
     if trace is not None:
         ui.print(trace)
-    tele = result.data.get("telemetry")
-    if tele:
-        o = tele["overhead"]
-        where = tele.get("csv") or tele.get("stored")
+    data = throughput_data(result)
+    tele = data.telemetry if data is not None else None
+    if tele is not None:
+        o = tele.overhead
+        where = tele.csv or tele.stored
         ui.print(
-            f"[dim]telemetry: {o['samples']} samples every {tele['interval_s']} s, sampler "
-            f"overhead {o['overhead_fraction']:.2%} of a core; CSV: {escape(str(where))}[/dim]"
+            f"[dim]telemetry: {o.samples} samples every {tele.interval_s} s, sampler "
+            f"overhead {o.overhead_fraction:.2%} of a core; CSV: {escape(str(where))}[/dim]"
         )
 
 
