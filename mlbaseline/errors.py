@@ -16,6 +16,8 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # usage, config, unreadable or invalid file, schema mismatch
     NOT_COMPARABLE = 3  # environment/workload mismatch, or required hardware missing
     INTERRUPTED = 130  # Ctrl-C; a partial result marked `interrupted` was still written
+    TERMINATED = 143  # SIGTERM (timeout, docker stop, CI): handled as Ctrl-C is
+    HANGUP = 129  # SIGHUP (the terminal closed): handled as Ctrl-C is
 
 
 EXIT_CODE_TABLE: list[tuple[int, str]] = [
@@ -35,6 +37,8 @@ EXIT_CODE_TABLE: list[tuple[int, str]] = [
         "required hardware missing",
     ),
     (ExitCode.INTERRUPTED, "interrupted (Ctrl-C); the partial result is saved, marked"),
+    (ExitCode.TERMINATED, "stopped by SIGTERM; the partial result is saved, marked interrupted"),
+    (ExitCode.HANGUP, "stopped by SIGHUP; the partial result is saved, marked interrupted"),
 ]
 
 

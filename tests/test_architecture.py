@@ -35,6 +35,9 @@ LAYERS = {
     "config": 0,
     "yamlread": 0,
     "results": 0,
+    "stopping": 0,
+    "folderlock": 0,
+    "scratch": 0,
     "documents": 0,
     "redact": 0,
 }

@@ -35,6 +35,7 @@ from rich.progress import (
 from rich.table import Table
 
 from mlbaseline import config as cfgmod
+from mlbaseline import scratch, stopping
 from mlbaseline.cli.app import app
 from mlbaseline.errors import ExitCode, MlbError, OutputExistsError, UsageError
 from mlbaseline.progress import NullProgress
@@ -172,7 +173,7 @@ def make_ui(quiet: bool) -> Ui:
     )
 
 
-def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
+def fail(message: str, code: int = ExitCode.BAD_INPUT) -> NoReturn:
     """One `Error: …` line on stderr, then exit."""
     # a message can quote user input or a user factory's exception text: keep it one line
     message = " ".join(part.strip() for part in message.splitlines() if part.strip())
@@ -184,11 +185,13 @@ def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
 def guarded(fn: Callable[[], T]) -> T:
     """Run the command body; the tool's own errors become one line and their exit code."""
     try:
-        return fn()
+        with stopping.stop_signals():  # SIGTERM, SIGHUP: the Ctrl-C paths, their own exit code
+            scratch.sweep()  # the scratch trees of runs killed outright (SIGKILL) go now
+            return fn()
     except MlbError as exc:
         fail(exc.message, exc.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted", ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        fail(f"interrupted ({stopping.signal_name(exc)})", stopping.exit_code(exc))
 
 
 def load_config(
@@ -230,7 +233,7 @@ def parse_int_list(text: str | None, what: str) -> list[int] | None:
 
 def exit_code_for(result: Result) -> ExitCode:
     if result.status == "interrupted":
-        return ExitCode.INTERRUPTED
+        return ExitCode(stopping.exit_code())  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     if result.verdict.failed or result.status == "failed":
         return ExitCode.FAILED
     return ExitCode.OK
@@ -468,6 +471,7 @@ def execute(
     result = measure(cfg, ui)
     if result is None:
         return
+    stopping.annotate(result)  # an interrupted result names the signal that stopped it
     if render is not None:
         render(result, ui)
     recording = cfg.history.record and not common.no_history

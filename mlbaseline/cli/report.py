@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from mlbaseline import folderlock
 from mlbaseline.cli.common import CommonOptions, Ui, command, dump_json, execute
 from mlbaseline.cli.compare import AllowOpt
 from mlbaseline.config import Config
@@ -21,7 +23,8 @@ def check_out_dir(out: Path, force: bool) -> None:
     """A report goes into an empty (or new) folder; a non-empty one needs --force."""
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    taken = out.is_dir() and any(not folderlock.is_lock_file(p) for p in out.iterdir())
+    if taken and not force:
         raise OutputExistsError(f"{out}: folder is not empty (use --force to write into it)")
 
 
@@ -98,6 +101,7 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
     """
 
     output = common.output or DEFAULT_OUT
+    held = ExitStack()  # the folder's lock, from before the first file to the end
 
     def prepare(cfg: Config) -> None:
         if o.compare is not None and o.inputs:
@@ -106,6 +110,8 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
             raise UsageError("no input: give result files or folders, or --compare OLD NEW")
         if o.telemetry is not None and not o.telemetry.is_file():
             raise UsageError(f"--telemetry {o.telemetry}: no such file")
+        if not (output.exists() and not output.is_dir()):  # a file: check_out_dir says so
+            held.enter_context(folderlock.locked(output))  # one command per folder
         check_out_dir(output, common.force)
 
     def measure(cfg: Config, ui: Ui) -> None:
@@ -117,7 +123,8 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
         if common.json_out:
             sys.stdout.write(dump_json(_summary(out)))
 
-    execute(common, measure, prepare=prepare, outputs=())
+    with held:
+        execute(common, measure, prepare=prepare, outputs=())
 
 
 def _render_compare(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,11 +97,15 @@ def run(
     skipped = {s.strip() for s in (skip or "").split(",") if s.strip()}
     done: dict[str, Any] = {}  # the folder and the report, for the summary
 
+    held = ExitStack()
+
     def measure(cfg: Config, ui: Ui) -> Result:
         from mlbaseline.measure.gpu import default_probe
-        from mlbaseline.runners.run import default_output_dir, run_baseline
+        from mlbaseline.runners.run import default_output_dir, lock_run_dir, run_baseline
 
         done["dir"] = out_dir = common.output or default_output_dir()
+        # one run per folder, from before its first file to after its history record
+        held.enter_context(lock_run_dir(out_dir, skipped))
         probe = default_probe()
         try:
             outcome = run_baseline(
@@ -126,4 +131,5 @@ def run(
 
         return Path(done["dir"]) / BASELINE
 
-    execute(common, measure, overrides, outputs=(), render=render, write=False, written=written)
+    with held:
+        execute(common, measure, overrides, outputs=(), render=render, write=False, written=written)

@@ -28,6 +28,7 @@ from scipy import stats as sps
 from mlbaseline.comparison.matching import comparable_blocking
 from mlbaseline.errors import MlbError
 from mlbaseline.results import Metric, Result, parse_result, read_result_bytes, utc_now
+from mlbaseline.stopping import as_read
 
 # the CI level of each metric's median in the store (what `trend` draws as its band)
 CI_LEVEL = 0.95
@@ -242,7 +243,7 @@ def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None
     subset = ((result.environment or {}).get("blocking") or {}).get("subset_sha256")
     return Record(
         kind=result.kind,
-        status=result.status,
+        status=as_read(result.status),  # a leftover `running` is recorded as incomplete
         fingerprint=fingerprint_hash(result),
         created_at=result.created_at or utc_now(),
         config_hash=config_hash(result),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlbaseline import scratch
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.step import TrainStep
@@ -101,7 +101,7 @@ def capture(
     inner = step.timer
     step.timer = TracingTimer(inner)
     try:
-        with tempfile.TemporaryDirectory(prefix="mlb-trace-") as tmp:
+        with scratch.folder("trace") as tmp:
             wall0, tele0 = time.time_ns(), elapsed() if elapsed else None
             with profile(activities=activities) as prof:
                 times = [step().times for _ in range(steps)]

@@ -50,6 +50,7 @@ class ReportContext:
     predictions: list[Prediction] = field(default_factory=list)
     subset: payloads.SubsetFacts | None = None
     history: Any = None  # sections_history.HistoryView: the series these results belong to
+    runs: list[Result] = field(default_factory=list)  # `run` results: only their own status
 
     def of_kind(self, kind: str) -> list[Result]:
         return [r for r in self.results if r.kind == kind]

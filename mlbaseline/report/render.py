@@ -246,6 +246,7 @@ def build_context(
         telemetry=telemetry,
         telemetry_note=note,
     )
+    ctx.runs = [r for r in every if r.kind == "run"]
     ctx.subset = payloads.subset_facts([r for r in res if r.kind == "subset"], *_manifest(manifest))
     ctx.signals = compute_signals(res, telemetry)
     points = payloads.loader_sweep([r for r in res if r.kind == "dataloader"])

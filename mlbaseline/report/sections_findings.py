@@ -22,6 +22,8 @@ from mlbaseline.report.data import (
     Telemetry,
     finite,
 )
+from mlbaseline.results import Result
+from mlbaseline.stopping import LEFTOVER_NOTE, as_read
 
 
 def section_telemetry(ctx: ReportContext) -> list[str]:
@@ -132,15 +134,21 @@ def section_predictions(ctx: ReportContext) -> list[str]:
     return [*lines, ""]
 
 
+def _status_item(r: Result) -> str:
+    """'KIND: status **S** — notes'; a leftover `running` reads as incomplete, saying why."""
+    notes = [*r.notes, *([LEFTOVER_NOTE] if r.status == "running" else [])]
+    return f"{r.kind}: status **{as_read(r.status)}**" + (f" — {'; '.join(notes)}" if notes else "")
+
+
 def section_warnings(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[13], ""]
-    items = []
+    # a run groups its phases (their warnings are theirs): only its own status, when the run
+    # did not finish, e.g. a baseline.json left `running` by a SIGKILL after 3 of 5 phases
+    items = [_status_item(r) for r in ctx.runs if r.status != "complete"]
     for r in ctx.results:
         items += [f"{r.kind}: {w.get('message', w.get('code', w))}" for w in r.warnings]
         if r.status != "complete":
-            items.append(
-                f"{r.kind}: status **{r.status}**" + (f" — {'; '.join(r.notes)}" if r.notes else "")
-            )
+            items.append(_status_item(r))
         elif r.notes:
             items += [f"{r.kind}: {n}" for n in r.notes]
     if ctx.telemetry_note and ctx.telemetry is not None:

@@ -21,13 +21,12 @@ arm (`runners.throughput.replicates_result`) over the processes of the finished 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlbaseline import stats
+from mlbaseline import scratch, stats
 from mlbaseline.config import Config, flatten
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
@@ -273,7 +272,7 @@ def run_ab_processes(
     clock = clock or PerfClock()
     batch = {arm: spec.cfg.throughput.batch_sizes[0] for arm, spec in arms.items()}
     turn = {"mode": "train", "min_time_s": turn_s, "max_time_s": round(TURN_CAP * turn_s, 6)}
-    with tempfile.TemporaryDirectory(prefix="mlb-ab-") as tmp:
+    with scratch.folder("ab") as tmp:
         paths = _turn_configs(arms, Path(tmp), batch, turn)
         turns = _Turns(arms, paths, batch, launcher or launch, clock)
         progress = progress or NullProgress()

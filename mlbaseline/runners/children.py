@@ -17,6 +17,7 @@ from typing import Any
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError
 from mlbaseline.results import Result, result_from_dict
+from mlbaseline.stopping import Terminated
 
 CHILD_PREFIX = (sys.executable, "-m", "mlbaseline")  # this interpreter, this mlbaseline
 
@@ -87,7 +88,8 @@ def run_child(
 ) -> ChildRun:
     """Run one child (in `cwd`, with `env` as its whole environment; None: this process's);
     on Ctrl-C give the child (which got the SIGINT too) time to write its partial result, and
-    pass SIGINT on if it did not."""
+    pass SIGINT on if it did not; SIGTERM and SIGHUP, which only this process got, are passed
+    on at once."""
     proc = subprocess.Popen(
         list(cmd),
         stdout=subprocess.PIPE,
@@ -99,8 +101,10 @@ def run_child(
     interrupted = False
     try:
         out, err = proc.communicate()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
+        if isinstance(exc, Terminated):  # SIGTERM/SIGHUP reached this process only: pass it on
+            proc.send_signal(exc.signum)
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:

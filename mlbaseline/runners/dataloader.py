@@ -11,12 +11,12 @@ measuring functions import it when called.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlbaseline import scratch
 from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import DatasetError
@@ -240,7 +240,7 @@ def run_dataloader(
     plan: Plan | None = None
     try:
         if source_kind(cfg, data_dir) == "synthetic":
-            tmp = Path(tempfile.mkdtemp(prefix="mlb-dataloader-"))
+            tmp = scratch.make("dataloader")
             progress.log(f"generating {cfg.dataloader.synthetic_images} synthetic images")
         source = open_source(cfg, data_dir, tmp)
         result.environment = fingerprint(cfg.to_dict(), None, device)

@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -43,6 +42,7 @@ import torch
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mlbaseline import scratch
 from mlbaseline.config import Config, build
 from mlbaseline.envinfo import usable_cpus
 from mlbaseline.errors import ExitCode, MlbError, UsageError
@@ -376,7 +376,7 @@ def train_distributed(run: SweepState) -> None:
         "launches": [],
     }
     with (
-        tempfile.TemporaryDirectory(prefix="mlb-dist-") as tmp,
+        scratch.folder("dist") as tmp,
         run.progress.task(f"train, {world} processes", total=None) as task,
     ):
         attempt = 0
@@ -588,7 +588,7 @@ def train_torchrun(run: SweepState, launch: TorchrunEnv) -> bool:
     try:
         ranks = _gather({k: payload[k] for k in payload if k != "runs"}, launch, all_ranks=True)
         _describe_torchrun(run, launch, backend, ranks)
-        with tempfile.TemporaryDirectory(prefix="mlb-torchrun-") as tmp:
+        with scratch.folder("torchrun") as tmp:
             for batch_size in cfg.throughput.batch_sizes:
                 _measure_sizes(cfg, [batch_size], Path(tmp), payload, lambda: flag["interrupted"])
                 gathered = _gather(payload, launch)

@@ -24,13 +24,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlbaseline import scratch
 from mlbaseline.runners.children import CHILD_PREFIX, ChildRun, child_run
 from mlbaseline.runners.zygote import Lines
+from mlbaseline.stopping import Terminated
 
 ZYGOTE = "mlbaseline.runners.zygote"
 PRELOAD = ("torch", "torchvision", "mlbaseline.cli")
@@ -63,7 +64,7 @@ class ForkServer:
     def __init__(self, preload: Sequence[str] = PRELOAD, prefix: Sequence[str] = CHILD_PREFIX):
         self.prefix = tuple(prefix)
         self.info: dict[str, Any] | None = None  # the zygote's ready message
-        self._dir = Path(tempfile.mkdtemp(prefix="mlb-forkserver-"))
+        self._dir = scratch.make("forkserver")
         self._n = 0
         self._gone: str | None = None
         try:
@@ -124,8 +125,9 @@ class ForkServer:
         """The child's exit code, and whether Ctrl-C came meanwhile (as run_child handles it)."""
         try:
             return self._done(None), False
-        except KeyboardInterrupt:
-            pass
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, Terminated):  # only this process got it: the child gets it now
+                self._send(op="signal", signal=exc.signum)
         for timeout, then in ((5.0, signal.SIGINT), (60.0, signal.SIGKILL)):
             code = self._done(timeout)
             if code is not None:

@@ -4,18 +4,24 @@ env-check → (subset, when a dataset is configured) → dataloader → throughp
 inference) → latency → report, into one folder: every phase's result JSON, the telemetry CSV
 of the whole run, a combined `baseline.json` (kind `run`) and `baseline_report.md`.
 
-Each phase's result is written as soon as it is done, so a fault or Ctrl-C later never loses
-it; `baseline.json` is rewritten after every phase and marked with what happened.
+Each phase's result is written as soon as it is done, so a fault or Ctrl-C (SIGTERM, SIGHUP)
+later never loses it; `baseline.json` is rewritten after every phase and marked with what
+happened: `running` until the last phase is done, so a file left by a run that was killed
+(SIGKILL, a full disk) never claims `complete`. The folder is locked for the whole run
+(`folderlock`): a second run into it is refused before it writes anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlbaseline import folderlock, stopping
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError, OutputExistsError
 from mlbaseline.measure.contamination import CpuAccount
@@ -46,7 +52,8 @@ def check_run_dir(out_dir: Path, force: bool) -> None:
     """A non-empty output folder needs --force (checked before anything is measured)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputExistsError(f"{out_dir}: exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+    taken = out_dir.is_dir() and any(not folderlock.is_lock_file(p) for p in out_dir.iterdir())
+    if taken and not force:
         raise OutputExistsError(f"{out_dir}: not empty (use --force to write into it)")
 
 
@@ -72,6 +79,7 @@ class _Run:
     def record(self, phase: str, result: Result) -> None:
         """Write the phase result, fold it into baseline.json, and save that too."""
         self.results[phase] = result
+        stopping.annotate(result)
         write_result(result, self.out_dir / FILES[phase], force=True)
         _merge(self.baseline, phase, result, FILES[phase])
         self.save()
@@ -84,8 +92,13 @@ class _Run:
         self.baseline.verdict.checks.append(Check(f"{phase}.ran", "fail", message=message))
         self.save()
 
-    def save(self) -> None:
-        write_result(self.baseline, self.out_dir / BASELINE, force=True)
+    def save(self, final: bool = False) -> None:
+        """Write baseline.json; until the run's `final` save, one that would say `complete`
+        says `running` (a reader takes a leftover `running` for an unfinished run)."""
+        doc = self.baseline
+        if not final and doc.status == "complete":
+            doc = dataclasses.replace(doc, status="running")
+        write_result(doc, self.out_dir / BASELINE, force=True)
 
 
 def _merge(baseline: Result, phase: str, result: Result, file: str) -> None:
@@ -148,13 +161,36 @@ def run_baseline(
     force: bool = False,
 ) -> RunOutcome:
     """Run every phase into `out_dir` and return the combined result (kind `run`)."""
+    with lock_run_dir(out_dir, skip):
+        check_run_dir(out_dir, force)
+        return _run_locked(cfg, out_dir, probe, progress, ignore_env, skip, force)
+
+
+def lock_run_dir(
+    out_dir: Path, skip: set[str] | frozenset[str] = frozenset()
+) -> AbstractContextManager[Any]:
+    """The run's folder lock (`folderlock`, re-entrant in this process: `mlb run` holds it
+    through the history record, `run_baseline` takes it again), after the checks that need no
+    folder, so that a refused run creates none."""
     unknown = set(skip) - set(PHASES)
     if unknown:
         raise MlbError(
             f"--skip: unknown phase(s) {', '.join(sorted(unknown))}; phases: {', '.join(PHASES)}"
         )
-    check_run_dir(out_dir, force)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExistsError(f"{out_dir}: exists and is not a folder")
+    return folderlock.locked(out_dir)
+
+
+def _run_locked(
+    cfg: Config,
+    out_dir: Path,
+    probe: GpuProbe,
+    progress: Progress | None,
+    ignore_env: bool,
+    skip: set[str] | frozenset[str],
+    force: bool,
+) -> RunOutcome:
     progress = progress or NullProgress()
     baseline = Result(kind="run", config=cfg.to_dict())
     baseline.data = {"phases": [], "skipped": sorted(skip), "output_dir": str(out_dir)}
@@ -163,10 +199,15 @@ def run_baseline(
     outcome = RunOutcome(baseline, out_dir, run.results)
     try:
         _run_phases(run, phases, ignore_env, outcome)
-    except KeyboardInterrupt:
-        baseline.mark("interrupted", "interrupted by the user (Ctrl-C)")
-    finally:
-        run.save()
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (stopping.Terminated)
+        baseline.mark("interrupted", stopping.note(exc))
+    except BaseException as exc:  # a fault no phase caught (a full disk): never `complete`
+        baseline.mark("failed", f"the run stopped: {type(exc).__name__}: {exc}")
+        with contextlib.suppress(Exception):  # the disk may refuse this too: `running` stays
+            run.save(final=True)
+        raise
+    stopping.annotate(baseline)  # a phase that caught the signal noted only "Ctrl-C"
+    run.save(final=True)
     return outcome
 
 

@@ -20,7 +20,6 @@ share, peak memory).
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Any
 
 import torch
 
-from mlbaseline import stats
+from mlbaseline import scratch, stats
 from mlbaseline.comparison.noise import result_noise
 from mlbaseline.config import CompareConfig, Config, build
 from mlbaseline.envinfo import fingerprint
@@ -485,7 +484,7 @@ def run_replicates(
         account = CpuAccount(cfg.throughput.contamination_cores)  # children are our own tree
         label = f"replicates ({started['start']} processes, {device})"
         with (
-            tempfile.TemporaryDirectory(prefix="mlb-replicates-") as tmp,
+            scratch.folder("replicates") as tmp,
             tele if owned else contextlib.nullcontext(),
             progress.task(label, total=n) as task,
         ):
