@@ -1,7 +1,9 @@
-"""Result files: schema, versioning, atomic read and write. No torch here.
+"""Results in memory (`Result`, `Metric`, `Verdict`), their JSON form, and the reading of result
+files. No torch here.
 
-Schema history (the loader map below upgrades older minors; an unknown major is an error):
-- 1.0: first version.
+The schema of a result file, its versions and the upgraders of older minors are in
+`mlbaseline.documents` (one pydantic model per kind; `documents/versions.py` has the history);
+reading validates the whole document once through it, and this module builds the `Result`.
 
 Raw values are the truth; `summary` is derived and recomputed on load, so a result can never
 disagree with its own samples.
@@ -15,23 +17,20 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mlbaseline import TOOL_NAME, __version__
+from mlbaseline.documents import check_kind, load_document, validate
+from mlbaseline.documents.base import CHECK_STATUSES, KINDS, SCHEMA_VERSION, STATUSES
+from mlbaseline.documents.versions import UPGRADES, upgrade
 from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
 from mlbaseline.redact import redact_tree
 
-SCHEMA_VERSION = "1.0"
-KINDS = ("env-check", "throughput", "latency", "dataloader", "subset", "compare", "run", "ab")
-STATUSES = ("complete", "interrupted", "failed", "running")
-CHECK_STATUSES = ("pass", "warn", "fail", "skip")
-
-# minor-version upgraders: "1.x" -> function(doc) -> doc of the next version
-_UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+__all__ = ["CHECK_STATUSES", "KINDS", "SCHEMA_VERSION", "STATUSES", "UPGRADES"]
 
 
 @dataclass
@@ -266,101 +265,50 @@ def write_result(result: Result, path: Path, force: bool = False) -> Path:
 # ---------------------------------------------------------------- reading
 
 
-def _check_version(doc: dict[str, Any], where: str) -> dict[str, Any]:
-    version = doc.get("schema_version")
-    if not isinstance(version, str) or "." not in version:
-        raise ResultFileError(f"{where}: not an mlb result file (no schema_version)")
-    major, _, _ = version.partition(".")
-    if major != SCHEMA_VERSION.split(".")[0]:
-        raise ResultFileError(
-            f"{where}: schema version {version} is not supported by this mlb "
-            f"(reads {SCHEMA_VERSION.split('.')[0]}.x)"
+def _result_of(doc: dict[str, Any]) -> Result:
+    """The Result of a document its model has accepted (documents.validate): no check left to
+    make here, only defaults for the sections an older writer left out or wrote as null."""
+    metrics = {
+        name: Metric(
+            name,
+            raw["unit"],
+            raw["higher_is_better"],
+            raw["values"],
+            raw.get("warmup") or [],
+            raw.get("replicate"),
+            raw.get("rank"),
+            raw.get("meta") or {},
         )
-    while doc["schema_version"] in _UPGRADES:
-        doc = _UPGRADES[doc["schema_version"]](doc)
-    return doc
-
-
-def _numbers(seq: Any) -> bool:
-    return isinstance(seq, list) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seq
+        for name, raw in (doc.get("measurements") or {}).items()
+    }
+    checks = [
+        Check(c["name"], c["status"], c.get("value"), c.get("threshold"), c.get("message", ""))
+        for c in (doc.get("verdict") or {}).get("checks") or []
+    ]
+    return Result(
+        kind=doc["kind"],
+        config=doc.get("config") or {},
+        environment=doc.get("environment") or {"blocking": {}, "informational": {}},
+        measurements=metrics,
+        warnings=doc.get("warnings") or [],
+        verdict=Verdict(checks),
+        status=doc.get("status") or "complete",
+        data=doc.get("data") or {},
+        artifacts=doc.get("artifacts") or {},
+        notes=doc.get("notes") or [],
+        created_at=doc.get("created_at") or "",
+        schema_version=SCHEMA_VERSION,
+        tool=doc.get("tool") or {},
     )
-
-
-def _ids(seq: Any) -> bool:
-    return seq is None or (isinstance(seq, list) and all(isinstance(v, int) for v in seq))
-
-
-def _metric_from(name: str, raw: Any, where: str) -> Metric:
-    if not isinstance(raw, dict):
-        raise ResultFileError(f"{where}: measurements.{name} is not an object")
-    values, warmup = raw.get("values"), raw.get("warmup") or []
-    if not isinstance(values, list) or not values:
-        raise ResultFileError(f"{where}: measurements.{name} has no samples")
-    if not _numbers(values) or not _numbers(warmup):
-        raise ResultFileError(f"{where}: measurements.{name} has non-numeric or NaN samples")
-    unit, hib, meta = raw.get("unit"), raw.get("higher_is_better"), raw.get("meta") or {}
-    if not isinstance(unit, str) or not isinstance(hib, bool) or not isinstance(meta, dict):
-        raise ResultFileError(f"{where}: measurements.{name} is malformed (unit/direction/meta)")
-    if not _ids(raw.get("replicate")) or not _ids(raw.get("rank")):
-        raise ResultFileError(f"{where}: measurements.{name} has malformed replicate/rank ids")
-    try:
-        return Metric(name, unit, hib, values, warmup, raw.get("replicate"), raw.get("rank"), meta)
-    except ValueError as exc:
-        raise ResultFileError(f"{where}: {exc}") from None
 
 
 def result_from_dict(doc: Any, where: str = "result") -> Result:
-    if not isinstance(doc, dict):
-        raise ResultFileError(f"{where}: not an mlb result file (top level is not an object)")
-    doc = _check_version(doc, where)
-    kind = doc.get("kind")
-    if kind not in KINDS:
-        raise ResultFileError(f"{where}: unknown result kind {kind!r}")
-    status = doc.get("status", "complete")
-    if status not in STATUSES:
-        raise ResultFileError(f"{where}: unknown status {status!r}")
-    raw_measurements = _field(doc, "measurements", dict, where)
-    checks_raw = _field(_field(doc, "verdict", dict, where), "checks", list, where, "verdict.")
-    try:
-        checks = [
-            Check(
-                name=str(c["name"]),
-                status=str(c["status"]),
-                value=c.get("value"),
-                threshold=c.get("threshold"),
-                message=str(c.get("message", "")),
-            )
-            for c in checks_raw
-        ]
-    except (KeyError, TypeError, AttributeError):
-        raise ResultFileError(f"{where}: verdict.checks is malformed") from None
-    environment = _field(doc, "environment", dict, where) or {"blocking": {}, "informational": {}}
-    return Result(
-        kind=kind,
-        config=_field(doc, "config", dict, where),
-        environment=environment,
-        measurements={k: _metric_from(k, v, where) for k, v in raw_measurements.items()},
-        warnings=_field(doc, "warnings", list, where),
-        verdict=Verdict(checks),
-        status=status,
-        data=_field(doc, "data", dict, where),
-        artifacts=_field(doc, "artifacts", dict, where),
-        notes=[str(n) for n in _field(doc, "notes", list, where)],
-        created_at=str(doc.get("created_at", "")),
-        schema_version=SCHEMA_VERSION,
-        tool=_field(doc, "tool", dict, where),
-    )
-
-
-def _field(doc: dict[str, Any], key: str, tp: type, where: str, prefix: str = "") -> Any:
-    """doc[key] if it has type `tp`, an empty `tp` if absent/null, else a one-line error."""
-    value = doc.get(key)
-    if value is None:
-        return tp()
-    if not isinstance(value, tp):
-        raise ResultFileError(f"{where}: {prefix}{key} should be a {tp.__name__}")
-    return value
+    """A Result from a parsed document (a child process's `--json` output), with the checks
+    of a file: version, kind and the whole document against its model."""
+    doc, _ = upgrade(doc, where)
+    check_kind(doc, where)
+    validate(doc, where)
+    return _result_of(doc)
 
 
 def load_result(path: Path, kinds: Iterable[str] | None = None) -> Result:
@@ -383,24 +331,4 @@ def read_result_bytes(path: Path) -> bytes:
 
 def parse_result(body: bytes, path: str, kinds: Iterable[str] | None = None) -> Result:
     """Validate the bytes of the result file at `path` (:func:`load_result`'s checks)."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultFileError(f"{path}: cannot read ({exc.__class__.__name__})") from None
-    if not text.strip():
-        raise ResultFileError(f"{path}: empty file")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultFileError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}; truncated?)"
-        ) from None
-    except RecursionError:
-        raise ResultFileError(f"{path}: not valid JSON (nested too deeply)") from None
-    result = result_from_dict(doc, str(path))
-    allowed = tuple(kinds) if kinds is not None else None
-    if allowed and result.kind not in allowed:
-        raise ResultFileError(
-            f"{path}: is a '{result.kind}' result; expected {' or '.join(allowed)}"
-        )
-    return result
+    return _result_of(load_document(body, str(path), kinds))

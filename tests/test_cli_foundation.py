@@ -148,7 +148,7 @@ def test_json_stdout_is_the_result(no_gpu):
     result = invoke("env-check", "--json", *FAST)
     assert result.exit_code in (0, 1), result.stderr
     doc = json.loads(result.stdout)  # nothing but JSON on stdout
-    assert doc["kind"] == "env-check" and doc["schema_version"] == "1.0"
+    assert doc["kind"] == "env-check" and doc["schema_version"] == "1.1"
     gpu = [c for c in doc["verdict"]["checks"] if c["name"].startswith("gpu")]
     assert gpu and {c["status"] for c in gpu} == {"skip"}
     assert result.exit_code == (1 if doc["verdict"]["status"] == "fail" else 0)

@@ -66,9 +66,9 @@ CASES = {
     "top-level-list": (lambda p: p.write_text("[1, 2]"), "not an mlb result file"),
     "no-version": (lambda p: p.write_text('{"kind": "throughput"}'), "no schema_version"),
     "future-major": (_future, "schema version 2.0 is not supported"),
-    "bad-samples": (_bad_samples, "non-numeric"),
-    "no-samples": (_no_values, "has no samples"),
-    "malformed-metric": (_no_unit, "is malformed"),
+    "bad-samples": (_bad_samples, "measurements.train.bs8.step.values[0]: expected a number"),
+    "no-samples": (_no_values, "measurements.train.bs8.step.values: expected a value"),
+    "malformed-metric": (_no_unit, "measurements.train.bs8.step.unit: expected a value"),
     "binary": (lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "cannot read"),
 }
 
@@ -98,7 +98,8 @@ def test_directory_instead_of_file(tmp_path):
 
 def test_mismatched_kinds(tmp_path):
     old = good(tmp_path / "old.json", kind="throughput")
-    new = good(tmp_path / "new.json", kind="latency")
+    new = tmp_path / "new.json"  # a real latency result (its payload is typed)
+    new.write_bytes((Path(__file__).parent / "data/schema_1_0/latency.json").read_bytes())
     res = runner.invoke(app, ["compare", str(old), str(new)])
     assert_one_error_line(res, "'latency' result", "'throughput' result", "same kind")
 

@@ -24,7 +24,7 @@ def test_roundtrip(tmp_path):
     m = back.measurements["train.bs8.step"]
     assert m.values == [0.1, 0.11, 0.12] and m.warmup == [0.5] and m.unit == "s"
     doc = json.loads(p.read_text())
-    assert doc["schema_version"] == "1.0"
+    assert doc["schema_version"] == "1.1"
     assert doc["summary"]["metrics"]["train.bs8.step"]["median"] == pytest.approx(0.11)
     assert doc["verdict"]["status"] == "pass"
 
@@ -66,7 +66,7 @@ def test_nan_is_written_as_valid_json(tmp_path):
         (
             '{"schema_version": "1.0", "kind": "latency", "measurements": '
             '{"m": {"unit": "s", "higher_is_better": false, "values": [1, null]}}}',
-            "non-numeric or NaN samples",
+            "measurements.m.values[1]: expected a number, got None",
         ),
     ],
 )

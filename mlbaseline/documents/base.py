@@ -106,7 +106,7 @@ class MetricMeta(Open):
 class Metric(Strict):
     """Raw samples of one metric (results.Metric): SI units, warm-up apart, ids per value."""
 
-    name: str
+    name: str | None = None  # written, but the key in `measurements` is the name
     unit: str
     higher_is_better: bool
     values: list[Sample] = Field(min_length=1)
@@ -281,7 +281,7 @@ class Envelope(Strict):
     kind: Literal[
         "env-check", "throughput", "latency", "dataloader", "subset", "compare", "run", "ab"
     ]
-    tool: Tool
+    tool: Tool | None = None  # always written; a hand-made document may leave it out
     created_at: str = ""
     status: Literal["complete", "running", "interrupted", "failed"] = "complete"
     # the resolved config (config.Config, a tree of frozen dataclasses: pydantic validates
@@ -337,8 +337,14 @@ def _expected(error: ErrorDetails) -> str:
     kind = error["type"]
     if kind in _EXPECTED:
         return _EXPECTED[kind]
+    ctx = error.get("ctx") or {}
     if kind == "literal_error":
-        return f"one of {error.get('ctx', {}).get('expected', '?')}"
+        return f"one of {ctx.get('expected', '?')}"
+    if kind in ("less_than_equal", "greater_than_equal") and isinstance(
+        ctx.get("le", ctx.get("ge")), float
+    ):
+        # the sample bound: say it as a number a reader can compare with
+        return f"at most {ctx['le']:g}" if "le" in ctx else f"at least {ctx['ge']:g}"
     message = error["msg"]
     for prefix in ("Input should be ", "Value error, "):
         if message.startswith(prefix):
