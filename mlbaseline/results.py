@@ -11,12 +11,8 @@ disagree with its own samples.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -27,8 +23,9 @@ from mlbaseline import TOOL_NAME, __version__
 from mlbaseline.documents import check_kind, load_document, validate
 from mlbaseline.documents.base import CHECK_STATUSES, KINDS, SCHEMA_VERSION, STATUSES
 from mlbaseline.documents.versions import UPGRADES, upgrade
-from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
+from mlbaseline.errors import ResultFileError
 from mlbaseline.redact import redact_tree
+from mlbaseline.safewrite import write_text
 
 __all__ = ["CHECK_STATUSES", "KINDS", "SCHEMA_VERSION", "STATUSES", "UPGRADES"]
 
@@ -191,75 +188,12 @@ def _jsonable(obj: Any) -> Any:
 # ---------------------------------------------------------------- writing
 
 
-def atomic_write_text(path: Path, text: str, force: bool = False) -> Path:
-    """Write via a temp file in the same folder + rename, so no reader sees half a file and a
-    failure (disk full, permission denied) leaves nothing behind. Refuses to overwrite unless
-    `force`."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-        if force:
-            os.replace(tmp, path)
-        else:
-            _place_new(tmp, path)
-    except OutputExistsError:
-        _remove_quietly(tmp)
-        raise
-    except OSError as exc:
-        _remove_quietly(tmp)
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    return path
-
-
-def _place_new(tmp: str, path: Path) -> None:
-    """Move `tmp` to `path` only if `path` does not exist yet, atomically: a hard link fails
-    when the target exists, so of two writers racing for one new file exactly one wins (an
-    exists-check followed by a rename would let the second silently overwrite the first)."""
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise OutputExistsError(f"{path}: already exists (use --force to overwrite)") from None
-    except OSError as exc:
-        if exc.errno not in _NO_HARDLINKS:
-            raise
-        # a file system without hard links: the check is then only as good as this
-        if path.exists():
-            raise OutputExistsError(f"{path}: already exists (use --force to overwrite)") from None
-        os.replace(tmp, path)
-        return
-    _remove_quietly(tmp)
-
-
-_NO_HARDLINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _remove_quietly(path: str | Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+# the one safe writer lives in mlbaseline.safewrite; this is its older name, kept for callers
+atomic_write_text = write_text
 
 
 def write_result(result: Result, path: Path, force: bool = False) -> Path:
-    return atomic_write_text(Path(path), result.to_json(), force=force)
+    return write_text(Path(path), result.to_json(), force=force)
 
 
 # ---------------------------------------------------------------- reading

@@ -35,6 +35,7 @@ LAYERS = {
     "config": 0,
     "yamlread": 0,
     "results": 0,
+    "safewrite": 0,
     "stopping": 0,
     "folderlock": 0,
     "scratch": 0,

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from mlbaseline import results as res
+from mlbaseline import safewrite
 from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -41,7 +42,7 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch, errno_):
     def boom(*_a, **_k):
         raise OSError(errno_, os.strerror(errno_))
 
-    monkeypatch.setattr(res.os, "fsync", boom)
+    monkeypatch.setattr(safewrite.os, "fsync", boom)
     with pytest.raises(OutputError, match=os.strerror(errno_)):
         res.write_result(sample(), tmp_path / "r.json")
     assert list(tmp_path.iterdir()) == []

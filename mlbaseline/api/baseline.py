@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from mlbaseline.config import Config, build, deep_merge, nest, resolve
 from mlbaseline.envinfo import fingerprint
-from mlbaseline.errors import OutputExistsError, UsageError
+from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.gpu import GpuProbe, default_probe
@@ -47,6 +47,7 @@ from mlbaseline.runners.throughput import (
     make_sampler,
     telemetry_block,
 )
+from mlbaseline.safewrite import check_target
 
 B = TypeVar("B")
 ENDED = "loop_ended"  # stop reason when the user's loop ended before the stop rule
@@ -352,8 +353,9 @@ class Baseline:
         on every rank: rank 0 writes, the others return None."""
         path = Path(path)
         writer = self._ranks is None or self._ranks.rank == 0
-        if writer and path.exists() and not force:
-            raise OutputExistsError(f"{path}: already exists (use force=True to overwrite)")
+        if writer:  # before gathering: a name taken without force, or a device, is refused
+            for name in (path, path.parent / f"{path.stem}.telemetry.csv"):
+                check_target(name, force)
         csv_name = f"{path.stem}.telemetry.csv" if self.sampler is not None else None
         result = self.result(csv_name)  # on every rank: the ranks' values are gathered
         if not writer:
@@ -364,7 +366,7 @@ class Baseline:
                 "run more steps or lower throughput.warmup_min"
             )
         if self.sampler is not None and csv_name is not None:
-            self.sampler.write_csv(path.parent / csv_name)
+            self.sampler.write_csv(path.parent / csv_name, force=force)
         write_result(result, path, force=force)
         if self.cfg.history.record if history is None else history:
             _record(path, self.cfg)

@@ -35,9 +35,9 @@ from rich.progress import (
 from rich.table import Table
 
 from mlbaseline import config as cfgmod
-from mlbaseline import scratch, stopping
+from mlbaseline import safewrite, scratch, stopping
 from mlbaseline.cli.app import app
-from mlbaseline.errors import ExitCode, MlbError, OutputExistsError, UsageError
+from mlbaseline.errors import ExitCode, MlbError, UsageError
 from mlbaseline.progress import NullProgress
 from mlbaseline.redact import redact_text
 from mlbaseline.results import Result, write_result
@@ -213,9 +213,10 @@ def show_config(config: cfgmod.Config) -> NoReturn:
 
 
 def check_output(path: Path | None, force: bool) -> None:
-    """Refuse before measuring, not after: an existing output needs --force."""
-    if path is not None and path.exists() and not force:
-        raise OutputExistsError(f"{path}: already exists (use --force to overwrite)")
+    """Refuse before measuring, not after: an existing output needs --force, and a device,
+    FIFO or folder at the name is refused even with it (the one writer's rules)."""
+    if path is not None:
+        safewrite.check_target(path, force)
 
 
 def parse_int_list(text: str | None, what: str) -> list[int] | None:

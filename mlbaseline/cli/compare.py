@@ -14,8 +14,9 @@ from rich.table import Table
 from mlbaseline.cli.common import CommonOptions, Notes, Ui, command, compact_table, execute
 from mlbaseline.config import Config
 from mlbaseline.report import comparison as cmp
-from mlbaseline.results import Result, atomic_write_text
+from mlbaseline.results import Result
 from mlbaseline.runners.compare_files import run_compare
+from mlbaseline.safewrite import write_text
 
 # --allow KEY, one spelling and help for `mlb compare`, `mlb history gate`, `mlb report --compare`
 AllowOpt = Annotated[
@@ -213,7 +214,7 @@ def compare_command(common: CommonOptions, o: CompareOptions) -> None:
     def render(result: Result, ui: Ui) -> None:
         _show(result.data, ui)
         if o.markdown is not None:
-            atomic_write_text(o.markdown, cmp.render_markdown(result.data), force=common.force)
+            write_text(o.markdown, cmp.render_markdown(result.data), force=common.force)
             ui.print(f"[dim]markdown written to {o.markdown}[/dim]")
 
     execute(common, measure, overrides, outputs=(common.output, o.markdown), render=render)

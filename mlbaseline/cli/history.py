@@ -27,7 +27,8 @@ from mlbaseline.cli.common import (
 from mlbaseline.cli.compare import AllowOpt
 from mlbaseline.config import Config
 from mlbaseline.formatting import interval_percent, p_value, signed_percent, value
-from mlbaseline.results import Result, atomic_write_text
+from mlbaseline.results import Result
+from mlbaseline.safewrite import check_target, write_text
 
 history_app = typer.Typer(
     name="history",
@@ -53,7 +54,7 @@ Last = Annotated[OptInt, opt("--last", "Only the newest N results.", min=1)]
 def _doc_out(doc: Any, common: CommonOptions) -> None:
     """--output FILE and/or --json: the command's JSON document."""
     if common.output is not None:
-        atomic_write_text(common.output, dump_json(doc), force=common.force)
+        write_text(common.output, dump_json(doc), force=common.force)
     if common.json_out:
         sys.stdout.write(dump_json(doc))
 
@@ -214,11 +215,8 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
         if common.json_out:
             sys.stdout.write(dump_json({"points": rows, "checks": checks}))
         view = hist.trend_view(found, checks, hist.shown_location(cfg))
-        if png.exists() and not common.force:
-            from mlbaseline.errors import OutputExistsError
-
-            raise OutputExistsError(f"{png}: already exists (use --force to overwrite)")
-        hist.draw_trend(view, png)
+        check_target(png, common.force)  # before drawing: a link, device or FIFO is refused
+        hist.draw_trend(view, png, force=common.force)
         table = compact_table(f"{o.metric}: {len(found)} series")
         for col in ("metric", "run", "created (UTC)", "commit", "median", "95% CI", "n"):
             table.add_column(col, no_wrap=True)
@@ -372,7 +370,7 @@ def export_command(common: CommonOptions, o: ExportOptions) -> None:
         q = _query(o, with_metric=True)
         text = hist.export_text(hist.entries(cfg, q, _warn), fmt)
         if common.output is not None:
-            atomic_write_text(common.output, text, force=common.force)
+            write_text(common.output, text, force=common.force)
             ui.print(f"[dim]{fmt} written to {common.output}[/dim]")
         else:
             sys.stdout.write(text)

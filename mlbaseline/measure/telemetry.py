@@ -26,14 +26,17 @@ import contextlib
 import csv
 import io
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from mlbaseline.errors import MlbError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.gpu import GpuProbe, GpuProbeError, NullProbe
+from mlbaseline.safewrite import open_stream, write_text
 
 GPU_FIELDS = (
     "kernel_active_pct",
@@ -57,6 +60,12 @@ LABELS = {
 
 def _own_pid() -> list[int]:
     return [os.getpid()]
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """Which file this is: an inode number alone is reused at once by a file made after an
+    unlink, so its size and modification time count too."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, stat.S_IFMT(st.st_mode))
 
 
 class TelemetrySampler:
@@ -101,6 +110,7 @@ class TelemetrySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fh: TextIO | None = None
+        self._csv_id: tuple[int, ...] | None = None  # the CSV made here, when closed
         self._writer: Any = None
         self._lock = threading.Lock()
 
@@ -256,15 +266,31 @@ class TelemetrySampler:
         if self.csv_path is None or self._fh is not None:
             return
         try:
-            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = self.csv_path.open("w", newline="", encoding="utf-8")
+            # streamed, not renamed at the end, so a crash keeps the rows so far; force: the
+            # command refused an existing name without --force before measuring, and the
+            # writer replaces only a regular file or a link itself, never a node or a target
+            self._fh = open_stream(self.csv_path, force=True, newline="")
             self._writer = csv.DictWriter(self._fh, fieldnames=self.columns)
             self._writer.writeheader()
             for row in self.rows:
                 self._writer.writerow(row)
+        except MlbError as exc:  # a device or FIFO at the name: the rows stay in memory
+            self.csv_error = str(exc)
+            self._fh = self._writer = None
         except OSError as exc:
             self.csv_error = f"{self.csv_path}: {exc.strerror or exc}"
             self._fh = self._writer = None
+
+    def discard_csv(self) -> None:
+        """Remove the CSV this sampler created (a run that ends in bad input writes nothing),
+        but only while the name still holds that file: never a node or file put there since."""
+        self.stop()
+        if self.csv_path is None or self._csv_id is None:
+            return
+        with contextlib.suppress(OSError):
+            if _identity(os.lstat(self.csv_path)) == self._csv_id:
+                os.unlink(self.csv_path)
+        self._csv_id = None
 
     def _write_row(self, row: dict[str, Any]) -> None:
         if self._writer is None:
@@ -279,6 +305,9 @@ class TelemetrySampler:
     def _close_csv(self) -> None:
         if self._fh is not None:
             with contextlib.suppress(OSError):
+                self._fh.flush()
+                self._csv_id = _identity(os.fstat(self._fh.fileno()))
+            with contextlib.suppress(OSError):
                 self._fh.close()
         self._fh = self._writer = None
 
@@ -289,11 +318,9 @@ class TelemetrySampler:
         writer.writerows(self.rows)
         return buf.getvalue()
 
-    def write_csv(self, path: Path) -> Path:
+    def write_csv(self, path: Path, force: bool = True) -> Path:
         """Write all rows taken so far to `path` (for a sampler that kept them in memory)."""
-        from mlbaseline.results import atomic_write_text
-
-        return atomic_write_text(Path(path), self.to_csv_text(), force=True)
+        return write_text(Path(path), self.to_csv_text(), force=force)
 
     # ------------------------------------------------------------ thread
 

@@ -38,7 +38,8 @@ from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.step import TrainStep
 from mlbaseline.measure.timers import StageTimer, StepTimes
-from mlbaseline.results import Result, atomic_write_text
+from mlbaseline.results import Result
+from mlbaseline.safewrite import write_text
 
 PREFIX = "mlb."
 STEP_RANGE = "mlb.step"
@@ -235,7 +236,7 @@ def write_trace(
     doc = dict(window.trace)
     counters = counter_events(window, rows, interval_s)
     doc["traceEvents"] = [*window.trace.get("traceEvents", []), *counters]
-    atomic_write_text(path, json.dumps(doc), force=True)
+    write_text(path, json.dumps(doc), force=True)
     return len(counters)
 
 

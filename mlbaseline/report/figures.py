@@ -25,6 +25,7 @@ import numpy as np
 
 from mlbaseline import stats
 from mlbaseline.report.data import Estimate, Group, Telemetry, estimate, finite
+from mlbaseline.safewrite import open_output
 
 DPI = 100
 FIGURE_PX = (1600, 900)  # width × height of every figure, pixels
@@ -93,13 +94,15 @@ def styled(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _save(fig: plt.Figure, path: Path, force: bool = False) -> Path:
+    """The PNG through the one safe writer (matplotlib writes into its file object)."""
     try:
-        fig.savefig(path, dpi=DPI, format="png")  # no bbox_inches="tight": the size is the style
+        with open_output(path, force=force, mode="wb") as fh:
+            # no bbox_inches="tight": the size is the style
+            fig.savefig(fh, dpi=DPI, format="png")
     finally:
         plt.close(fig)
-    return path
+    return Path(path)
 
 
 def _yerr(points: Sequence[tuple[float, float, float]]) -> np.ndarray:

@@ -1,16 +1,16 @@
 """`render_report`: results in, `baseline_report.md` and PNG figures out. Never measures.
 
 Writing is atomic per file: everything is rendered into a hidden temporary folder inside the
-output folder, then each figure and finally the Markdown are moved into place with
-`os.replace`, so a reader never sees a half-written file and a failure leaves the previous
-report (if any) as it was. Existing report files are only replaced with `force`.
+output folder, then each figure and finally the Markdown are moved into place by the one safe
+writer (`safewrite.move_into_place`: a rename that never writes through a link and refuses a
+device or FIFO at the name), so a reader never sees a half-written file and a failure leaves
+the previous report (if any) as it was. Existing report files are only replaced with `force`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlbaseline.errors import OutputError, OutputExistsError, ResultFileError
+from mlbaseline.errors import OutputError, ResultFileError
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.report import figures as fig
 from mlbaseline.report import payloads
@@ -33,6 +33,7 @@ from mlbaseline.report.signals import (
     worker_predictions,
 )
 from mlbaseline.results import Result
+from mlbaseline.safewrite import check_target, move_into_place, write_text
 
 REPORT_NAME = "baseline_report.md"
 COMPARE_NAME = "compare_report.md"
@@ -136,21 +137,18 @@ def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
 
 
 def _check_free(targets: Sequence[Path], force: bool) -> None:
-    if force:
-        return
+    """Before drawing anything: every name free, or (with force) a file or link to replace."""
     for t in targets:
-        if t.exists():
-            raise OutputExistsError(f"{t}: already exists (use --force to overwrite)")
+        check_target(t, force)
 
 
-def _publish(tmp: Path, out_dir: Path, files: Sequence[str]) -> list[Path]:
-    """Move rendered files from tmp into out_dir, one os.replace each (atomic per file)."""
+def _publish(tmp: Path, out_dir: Path, files: Sequence[str], force: bool) -> list[Path]:
+    """Move rendered files from tmp into out_dir, one rename each (atomic per file)."""
     placed = []
     for rel in files:
         dst = out_dir / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp / rel, dst)
-        placed.append(dst)
+        placed.append(move_into_place(tmp / rel, dst, force))
     return placed
 
 
@@ -180,10 +178,11 @@ def _write(
             for key, job in jobs.items():
                 job(tmp / fig_rel[key])
                 task.advance()
-            (tmp / name).write_text(markdown(fig_rel), encoding="utf-8")
+            write_text(tmp / name, markdown(fig_rel))
             task.advance()
-        figs = _publish(tmp, out_dir, list(fig_rel.values()))
-        _publish(tmp, out_dir, [name])  # the Markdown last: it is complete only with its figures
+        figs = _publish(tmp, out_dir, list(fig_rel.values()), force)
+        # the Markdown last: it is complete only with its figures
+        _publish(tmp, out_dir, [name], force)
     except OSError as exc:
         raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc})") from None
     finally:

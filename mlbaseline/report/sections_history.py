@@ -59,7 +59,7 @@ def _scale(unit: str) -> tuple[float, str]:
 
 
 @styled
-def trend_figure(view: HistoryView, path: Path) -> Path:
+def trend_figure(view: HistoryView, path: Path, force: bool = False) -> Path:
     """Median per run with its CI band, one line per metric; change points as vertical lines
     (dashed: confirmed, dotted: suspected, needs more runs)."""
     factor, unit = _scale(view.unit)
@@ -91,7 +91,7 @@ def trend_figure(view: HistoryView, path: Path) -> Path:
     ax.set_title(view.title)
     if len(view.lines) > 1:
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return _save(fig, path)
+    return _save(fig, path, force)
 
 
 def change_rows(changes: Sequence[dict[str, Any]]) -> list[list[str]]:

@@ -17,6 +17,7 @@ from typing import Any
 from mlbaseline.config import Config
 from mlbaseline.errors import MlbError
 from mlbaseline.results import Result, result_from_dict
+from mlbaseline.safewrite import write_text
 from mlbaseline.stopping import Terminated
 
 CHILD_PREFIX = (sys.executable, "-m", "mlbaseline")  # this interpreter, this mlbaseline
@@ -62,8 +63,8 @@ def write_child_config(
         **throughput,
     }
     path = directory / name
-    path.write_text(yaml.safe_dump(child, sort_keys=False), encoding="utf-8")
-    return path
+    # force: a rerun into the same scratch folder replaces its own earlier file
+    return write_text(path, yaml.safe_dump(child, sort_keys=False), force=True)
 
 
 def _changes_from_profile(cfg: Config) -> dict[str, Any]:

@@ -49,8 +49,9 @@ from mlbaseline.errors import ExitCode, MlbError, UsageError
 from mlbaseline.measure.loop import STOP_REASONS, Decision
 from mlbaseline.measure.pooling import group_summary, pool_metrics
 from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, is_oom, short_error
-from mlbaseline.results import Metric, atomic_write_text
+from mlbaseline.results import Metric
 from mlbaseline.runners.sweep import SweepState, train_one_size
+from mlbaseline.safewrite import write_text
 from mlbaseline.workloads.factory import build_dataset
 
 SYNC_MODES = {"allreduce": ("allreduce",), "ddp": ("ddp",), "both": ("allreduce", "ddp")}
@@ -165,7 +166,7 @@ def _progress_writer(path: Path, batch_size: int, mode: str) -> Callable[[int, b
         last[0] = now
         doc = {"batch_size": batch_size, "mode": mode, "steps": n, "measuring": measuring}
         with contextlib.suppress(OSError):
-            atomic_write_text(path, json.dumps(doc), force=True)
+            write_text(path, json.dumps(doc), force=True)
 
     return on_step
 
@@ -265,7 +266,7 @@ def _any_rank(flag: bool, device: str) -> bool:
 
 
 def _save(out: Path, payload: dict[str, Any]) -> None:
-    atomic_write_text(out / f"rank{payload['rank']}.json", json.dumps(payload), force=True)
+    write_text(out / f"rank{payload['rank']}.json", json.dumps(payload), force=True)
 
 
 # ---------------------------------------------------------------- in the parent

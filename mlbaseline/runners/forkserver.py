@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from mlbaseline import scratch
+from mlbaseline.errors import MlbError
 from mlbaseline.runners.children import CHILD_PREFIX, ChildRun, child_run
 from mlbaseline.runners.zygote import Lines
+from mlbaseline.safewrite import open_stream
 from mlbaseline.stopping import Terminated
 
 ZYGOTE = "mlbaseline.runners.zygote"
@@ -68,14 +70,14 @@ class ForkServer:
         self._n = 0
         self._gone: str | None = None
         try:
-            with (self._dir / "zygote.log").open("wb") as log:
+            with open_stream(self._dir / "zygote.log", mode="wb") as log:
                 self._proc = subprocess.Popen(
                     [self.prefix[0], "-m", ZYGOTE, str(self._dir), *preload],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,
                 )
-        except OSError:
+        except (OSError, MlbError):
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         assert self._proc.stdout is not None

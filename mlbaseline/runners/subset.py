@@ -30,7 +30,8 @@ from mlbaseline.config import Config
 from mlbaseline.errors import DatasetError, UsageError
 from mlbaseline.measure.gpu import GpuProbe, NullProbe
 from mlbaseline.progress import NullProgress, Progress
-from mlbaseline.results import Check, Result, atomic_write_text
+from mlbaseline.results import Check, Result
+from mlbaseline.safewrite import open_output, write_text
 from mlbaseline.subset import features as feat
 from mlbaseline.subset import validate
 from mlbaseline.subset.index import Index, index_tree
@@ -221,16 +222,15 @@ def _save_tensors(index: Index, manifest: Manifest, path: Path, progress: Progre
                 labels.append(entry.label)
                 files.append(entry.output)
             task.advance()
-    torch.save(
-        {
-            "images": images,
-            "labels": torch.tensor(labels, dtype=torch.int64),
-            "classes": list(manifest.classes),
-            "files": files,
-            "layout": "list of uint8 tensors C×H×W, RGB, original size",
-        },
-        path,
-    )
+    tensors = {
+        "images": images,
+        "labels": torch.tensor(labels, dtype=torch.int64),
+        "classes": list(manifest.classes),
+        "files": files,
+        "layout": "list of uint8 tensors C×H×W, RGB, original size",
+    }
+    with open_output(path, mode="wb") as fh:
+        torch.save(tensors, fh)
     return skipped
 
 
@@ -260,7 +260,7 @@ def _materialize(
         assert sha == result.data["manifest_sha256"]  # the manifest is deterministic text
         if write_result_file:
             result.artifacts["result"] = RESULT_NAME
-            atomic_write_text(partial.path / RESULT_NAME, result.to_json(), force=True)
+            write_text(partial.path / RESULT_NAME, result.to_json(), force=True)
         for note in partial.commit():
             result.warn("old_subset_left", note)
 

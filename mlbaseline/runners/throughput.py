@@ -448,8 +448,8 @@ def _run_once(
     except MlbError:
         # bad input (a model factory that fails, say) writes nothing: not even the telemetry
         # CSV opened beside the result, which would also block the rerun without --force
-        if csv_path is not None:
-            csv_path.unlink(missing_ok=True)
+        if csv_path is not None and tele is not None:
+            tele.discard_csv()
         raise
     except KeyboardInterrupt:
         result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")

@@ -32,6 +32,7 @@ import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -170,7 +171,10 @@ def serve(lines: Lines, out_fd: int) -> dict[str, Any] | None:
 
 
 def _redirect(path: str, fd: int) -> None:
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # the one writer, imported only here, in the forked child after the preloads
+    from mlbaseline.safewrite import create_new
+
+    target = create_new(Path(path), force=True)
     os.dup2(target, fd)
     os.close(target)
 

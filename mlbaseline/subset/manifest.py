@@ -18,7 +18,7 @@ from typing import Any
 
 from mlbaseline import TOOL_NAME, __version__
 from mlbaseline.errors import DatasetError, ResultFileError
-from mlbaseline.results import atomic_write_text
+from mlbaseline.safewrite import write_text
 
 MANIFEST_NAME = "subset_manifest.json"
 MANIFEST_KIND = "mlb-subset-manifest"
@@ -87,7 +87,7 @@ class Manifest:
 def write_manifest(manifest: Manifest, path: Path) -> str:
     """Write atomically; returns the SHA-256 of the bytes written."""
     text = manifest.to_text()
-    atomic_write_text(Path(path), text, force=True)
+    write_text(Path(path), text, force=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

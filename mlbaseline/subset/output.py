@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from mlbaseline.errors import OutputError, OutputExistsError
+from mlbaseline.safewrite import write_text
 from mlbaseline.subset.manifest import MANIFEST_NAME
 
 LINK_MODES = ("copy", "hardlink", "symlink")
@@ -83,7 +84,7 @@ class PartialDir:
             self.path = Path(
                 tempfile.mkdtemp(prefix=f"{self.out.name}.partial-", dir=self.out.parent)
             )
-            (self.path / PARTIAL_MARKER).write_text("incomplete mlb subset\n", encoding="utf-8")
+            write_text(self.path / PARTIAL_MARKER, "incomplete mlb subset\n")
         except OSError as exc:
             raise OutputError(f"{out}: cannot create the output ({exc.strerror or exc})") from None
 

@@ -95,6 +95,11 @@ def write_image_tree(
     (and in size when encoded), like a real dataset."""
     from PIL import Image
 
+    from mlbaseline.safewrite import open_output
+
+    pil_format = Image.registered_extensions().get(f".{fmt.lower()}")
+    if pil_format is None:
+        raise ValueError(f"unknown image format {fmt!r}")
     rng = np.random.default_rng(seed)
     weights = np.asarray(class_weights or [1.0] * num_classes, dtype=float)
     labels = rng.choice(num_classes, size=n, p=weights / weights.sum())
@@ -106,7 +111,9 @@ def write_image_tree(
         noise = rng.integers(0, 64, size=(size, size, 3))
         pixels = np.clip(base + noise - 32, 0, 255).astype(np.uint8)
         path = folder / f"img_{i:05d}.{fmt}"
-        Image.fromarray(pixels).save(path)
+        # scratch data, made again on every run: no fsync per image
+        with open_output(path, force=True, mode="wb", sync=False) as fh:
+            Image.fromarray(pixels).save(fh, format=pil_format)
         paths.append(path)
     return paths
 
