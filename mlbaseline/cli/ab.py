@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -29,6 +28,7 @@ from mlbaseline.cli.common import (
     opt,
 )
 from mlbaseline.config import Config
+from mlbaseline.documents.data_ab import Data as AbData
 from mlbaseline.errors import UsageError
 from mlbaseline.results import Result, write_result
 
@@ -47,50 +47,58 @@ def _verdict(text: str) -> str:
     return f"[{style}]{text}[/{style}]" if style else text
 
 
+def ab_data(result: Result) -> AbData:
+    """The typed ab payload (report.payloads' reader, imported when a result is shown: it
+    brings NumPy, which `mlb --help` does not need)."""
+    from mlbaseline.report.payloads import typed_data
+
+    return typed_data(result, AbData)
+
+
 def ab_table(result: Result) -> Table:
     """Per stage: B/A − 1 [95% CI] (percent), Holm-adjusted p, verdict, MDE; 80 columns."""
-    d = result.data
-    title = f"B vs A: {d.get('pairs_done', 0)} pairs, band ±{fmt.percent(d.get('threshold'))}"
+    d = ab_data(result)
+    title = f"B vs A: {d.pairs_done} pairs, band ±{fmt.percent(d.threshold)}"
     caption = "p: Wilcoxon signed-rank, Holm-adjusted; MDE at 80% power"
     table = compact_table(title, caption=caption)
     table.add_column("stage", no_wrap=True)
     for header in ("B/A−1", "95% CI", "p", "MDE"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    for s in d.get("stages", []):
-        change = s["ratio"] - 1 if s["ratio"] is not None else None
-        ci = [v - 1 if v is not None else None for v in (s["ci_low"], s["ci_high"])]
-        mde = s["mde"] if s["mde"] is not None and math.isfinite(s["mde"]) else None
+    for s in d.stages:
+        change = s.ratio - 1 if s.ratio is not None else None
+        ci = [v - 1 if v is not None else None for v in (s.ci_low, s.ci_high)]
         table.add_row(
-            s["stage"],
+            s.stage,
             fmt.signed_percent(change, 2),
             fmt.interval_percent(ci, 2),
-            fmt.p_value(s["p_adjusted"]),
-            fmt.percent(mde, 1, fmt.NA),
-            _verdict(s["verdict"]),
+            fmt.p_value(s.p_adjusted),
+            fmt.percent(s.mde, 1, fmt.NA),  # a NaN MDE is null in the payload
+            _verdict(s.verdict),
         )
     return table
 
 
-def _arm_line(d: dict[str, Any], arm: str) -> str:
-    parts = [", ".join(d.get("overrides", {}).get(arm) or []) or "(the config as is)"]
-    spec = d.get("arms", {}).get(arm)
-    if spec:  # fresh processes: how this arm's turns were started
-        parts.append(" ".join(spec["command"]))
-        parts += [f"in {spec['cwd']}"] if spec.get("cwd") else []
-        parts += [f"{k}={v}" for k, v in spec.get("env", {}).items()]
+def _arm_line(d: AbData, arm: str) -> str:
+    sets = getattr(d.overrides, arm) if d.overrides is not None else []
+    parts = [", ".join(sets) or "(the config as is)"]
+    spec = (d.arms or {}).get(arm)
+    if spec is not None:  # fresh processes: how this arm's turns were started
+        parts.append(" ".join(spec.command))
+        parts += [f"in {spec.cwd}"] if spec.cwd else []
+        parts += [f"{k}={v}" for k, v in spec.env.items()]
     return f"{arm.upper()}: {escape('; '.join(parts))}"
 
 
 def render(result: Result, ui: Ui) -> None:
-    d = result.data
+    d = ab_data(result)
     for arm in ("a", "b"):
         ui.print(_arm_line(d, arm))
     ui.print(ab_table(result))
-    if d.get("dropped"):
-        last = escape(d["dropped"][-1]["error"])
-        ui.print(f"{len(d['dropped'])} pairs dropped (a turn failed); last: {last}")
-    ui.print(f"stopped by {d.get('stop_reason')}; overall: {_verdict(str(d.get('verdict')))}")
+    if d.dropped:
+        last = escape(d.dropped[-1].error)
+        ui.print(f"{len(d.dropped)} pairs dropped (a turn failed); last: {last}")
+    ui.print(f"stopped by {d.stop_reason}; overall: {_verdict(d.verdict)}")
 
 
 def _arm_sets(common: CommonOptions, extra: list[str] | None) -> list[str]:

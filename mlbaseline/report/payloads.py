@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from mlbaseline.documents.base import one_line
 from mlbaseline.documents.data_throughput import BatchEntry, PartSummary
@@ -27,6 +27,7 @@ from mlbaseline.results import Result
 # the one mapping of in-memory values to a file's (NaN as null, numpy scalars as numbers)
 from mlbaseline.results import _jsonable as jsonable
 
+M = TypeVar("M", bound=BaseModel)
 DEFAULT_KNEE_TOLERANCE = 0.05
 MANIFEST_NAME = "subset_manifest.json"  # as mlbaseline.subset.manifest writes it
 
@@ -239,18 +240,22 @@ class BatchFacts:
     window: tuple[float, float] | None = None  # on the telemetry clock, when recorded
 
 
-def throughput_data(result: Result) -> ThroughputData | None:
-    """The payload of a throughput result as its typed model (documents.data_throughput);
-    None for another kind. A file was validated when it was read; a result still in memory
-    (`mlb run` renders its report from them) goes through its JSON form, as its file holds it
-    (NaN as null, numpy scalars as numbers)."""
-    if result.kind != "throughput":
-        return None
+def typed_data(result: Result, model: type[M]) -> M:
+    """`result.data` as its kind's typed model (documents.data_<kind>). A file was validated
+    when it was read; a result still in memory (`mlb run` renders its report from them, each
+    command prints its summary) goes through its JSON form, as its file holds it (NaN as null,
+    numpy scalars as numbers)."""
     body = json.dumps(jsonable(result.data))
     try:
-        return ThroughputData.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
-        raise ResultFileError(one_line(exc, "throughput result: data", json.loads(body))) from None
+        where = f"{result.kind} result: data"
+        raise ResultFileError(one_line(exc, where, json.loads(body))) from None
+
+
+def throughput_data(result: Result) -> ThroughputData | None:
+    """The payload of a throughput result (None for another kind)."""
+    return typed_data(result, ThroughputData) if result.kind == "throughput" else None
 
 
 def _batch_entry(
