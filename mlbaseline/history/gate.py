@@ -25,7 +25,7 @@ from mlbaseline.comparison.matching import (
 )
 from mlbaseline.config import CompareConfig
 from mlbaseline.errors import NotComparableError
-from mlbaseline.history.record import Record, RecordError, read_document
+from mlbaseline.history.record import Record, RecordError, read_result
 from mlbaseline.history.store import Entry, Query, Store
 from mlbaseline.progress import Progress
 from mlbaseline.results import Metric, Result
@@ -86,7 +86,7 @@ def load_documents(
             if body is None:
                 skipped.append(f"#{e.id}: its document is missing from the store")
                 continue
-            loaded.append((e, read_document(body, e.id)))
+            loaded.append((e, read_result(body, e.id)))
         except RecordError as exc:
             skipped.append(f"#{e.id}: {exc.message.removeprefix(f'history #{e.id}: ')}")
     return loaded, skipped

@@ -17,7 +17,8 @@ import math
 import os
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 from scipy import stats as sps
 
 from mlbaseline.comparison.matching import comparable_blocking
+from mlbaseline.documents.history import parse_record_document
 from mlbaseline.errors import MlbError
 from mlbaseline.results import Metric, Result, parse_result, read_result_bytes, utc_now
 from mlbaseline.stopping import as_read
@@ -155,14 +157,27 @@ def summary_of_row(
     )
 
 
-def read_document(body: bytes, result_id: int) -> Result:
-    """A stored document as a validated Result (load_result's checks, one line naming the
-    record): the one place the history reads a document, for `show`, the gate and the noise
-    between sittings. A document that fails is that record's RecordError."""
+@contextmanager
+def _of_record(result_id: int) -> Iterator[None]:
+    """A document's ResultFileError as that record's RecordError (same one line)."""
     try:
-        return parse_body(body, f"history #{result_id}")
+        yield
     except MlbError as exc:
         raise RecordError(exc.message) from None
+
+
+def read_document(body: bytes, result_id: int) -> dict[str, Any]:
+    """A stored document, checked by the result model (documents.history), as `mlb history
+    show` prints it; a document that fails is that record's RecordError (`history #3: …`)."""
+    with _of_record(result_id):
+        return parse_record_document(body, f"history #{result_id}")
+
+
+def read_result(body: bytes, result_id: int) -> Result:
+    """A stored document as a Result, for the gate and the noise between sittings: the same
+    model's checks (results.parse_result), the same RecordError."""
+    with _of_record(result_id):
+        return parse_body(body, f"history #{result_id}")
 
 
 def canonical_hash(obj: Any) -> str:
@@ -283,6 +298,7 @@ __all__ = [
     "fingerprint_hash",
     "parse_body",
     "read_document",
+    "read_result",
     "record_file",
     "record_of",
     "summarize_metric",

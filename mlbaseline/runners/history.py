@@ -191,12 +191,11 @@ def show(cfg: Config, result_id: int) -> Shown:
             raise UsageError(f"history has no record #{result_id}")
         try:
             body = store.document(result_id)
-            if body is not None:
-                read_document(body, result_id)  # validated before it is shown
+            doc = None if body is None else read_document(body, result_id)
         except RecordError as exc:
             store.problems.clear()  # told here, not as a warning as well
             return Shown(entry, None, exc.message)
-    return Shown(entry, json.loads(body) if body else None)
+    return Shown(entry, doc)
 
 
 EXPORT_FIELDS = (
@@ -343,10 +342,10 @@ def _title(found: Sequence[Series], groups: int) -> str:
     return f"{head} over time ({found[0].kind}{'' if groups == 1 else ', several series'})"
 
 
-def draw_trend(view: Any, path: Path, force: bool = False) -> Path:
+def draw_trend(view: Any, path: Path) -> Path:
     from mlbaseline.report.sections_history import trend_figure
 
-    return trend_figure(view, path, force)
+    return trend_figure(view, path)
 
 
 def report_view(results: Sequence[Result], cfg: Config) -> Any:

@@ -1,0 +1,67 @@
+"""`mlbaseline.redact`, the one redaction of URL and DSN secrets (its sinks: test_rel_secrets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlbaseline.redact import is_credential_name, redact_text, redact_tree, redact_url
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:SECRET@127.0.0.1:1/db", "postgresql://u:***@127.0.0.1:1/db"),
+        ("postgresql+psycopg2://u:SECRET@h/db", "postgresql+psycopg2://u:***@h/db"),
+        ("PostgreSQL://u:SECRET@h:abc/db", "PostgreSQL://u:***@h:abc/db"),  # a bad port too
+        ("http://user:SECRET@127.0.0.1:8x/p", "http://user:***@127.0.0.1:8x/p"),
+        ("https://u:p@ss@h/p", "https://u:***@h/p"),  # an unencoded @ in the password
+        ("http://h/p?a=1&api_key=T&b=2", "http://h/p?a=1&api_key=***&b=2"),
+        (
+            "http://h/p?X-Api-Key=T&Token=U&monkey=ok",
+            "http://h/p?X-Api-Key=***&Token=***&monkey=ok",
+        ),
+        ("https://b.s3/o?X-Amz-Signature=T&sig=U", "https://b.s3/o?X-Amz-Signature=***&sig=***"),
+        ("http://h/cb#access_token=T&state=s", "http://h/cb#access_token=***&state=s"),
+        ("sqlite:///tmp/h.sqlite?password=T", "sqlite:///tmp/h.sqlite?password=***"),
+        ("http://a:b@[::1/x", "http://***/x"),  # urllib cannot read it: the authority goes
+    ],
+)
+def test_secrets_are_masked(url, shown):
+    assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/tmp/a b/history.sqlite",
+        "postgresql://u@h:5432/db",
+        "http://h/p?key_id=1&page=2",
+        "HTTP://H/Path?q=%20x",
+        "",
+    ],
+)
+def test_text_without_a_secret_is_unchanged(text):
+    assert redact_url(text) == text
+
+
+def test_credential_names_are_case_insensitive_and_match_as_a_suffix():
+    assert all(map(is_credential_name, ["KEY", "x-api-key", "client_secret", "PWD", "sig"]))
+    assert not any(map(is_credential_name, ["monkey", "keyboard", "page", "signal"]))
+
+
+def test_free_text_is_redacted_wherever_a_url_or_a_conninfo_password_stands():
+    text = "failed: 'postgresql://u:S1@h/db' (host=h password=S2 port=5) see http://h/?token=S3."
+    out = redact_text(text)
+    assert "S1" not in out and "S2" not in out and "S3" not in out
+    assert "postgresql://u:***@h/db" in out and "password=***" in out
+
+
+def test_a_config_tree_is_redacted_and_left_alone_otherwise():
+    tree = {"history": {"store": "postgresql://u:S@h/db"}, "xs": ["http://h/?key=S", 3], "n": 1}
+    out = redact_tree(tree)
+    assert out == {
+        "history": {"store": "postgresql://u:***@h/db"},
+        "xs": ["http://h/?key=***", 3],
+        "n": 1,
+    }
+    assert tree["history"]["store"] == "postgresql://u:S@h/db"  # a copy
