@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
+from typer.testing import CliRunner
 
+from mlbaseline.cli import app
 from mlbaseline.documents.base import error_path, one_line
 
 TESTS = Path(__file__).parent
@@ -284,3 +286,33 @@ def test_a_wrong_type_is_refused_at_its_path(kind: str, path: str, value: Any) -
         validate(kind, data)
     assert error_path(info.value.errors()[0]["loc"], data) == path
     assert one_line(info.value, "F.json", data).startswith(f"F.json: {path}: expected ")
+
+
+# ---------------------------------------------------------------- through the commands
+
+CLI_CASES = [
+    pytest.param("env-check", "host.loadavg", "high", id="env-check"),
+    pytest.param("latency", "levels.c2.stats.p99.value", "nan", id="latency"),
+    pytest.param("dataloader", "knee.rates", [1], id="dataloader"),
+    pytest.param("subset", "kl.per_class", "x", id="subset"),
+]
+
+
+@pytest.mark.parametrize(("kind", "path", "value"), CLI_CASES)
+def test_report_and_compare_refuse_it_in_one_line(
+    kind: str, path: str, value: Any, tmp_path: Path
+) -> None:
+    """`mlb report` and `mlb compare` (in-process) on a file with one wrong nested type:
+    exit 2, one `Error:` line naming the file and the field, and no report folder left."""
+    doc = json.loads((DOCS / f"{kind}.json").read_text())
+    put(doc["data"], path, value)
+    bad = tmp_path / f"{kind}.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "report"
+    for args in (["report", str(bad), "-o", str(out)], ["compare", str(bad), str(bad)]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, res.output
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and "Traceback" not in res.output, res.output
+        assert lines[0].startswith(f"Error: {bad}: data.{path}: expected "), lines
+    assert not out.exists()
