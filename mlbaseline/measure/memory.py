@@ -182,3 +182,37 @@ def refuse_oversized_batch(
             f"{where}: {estimate.describe()}, more than the {formatting.size(have, ',.1f')} "
             "available"
         )
+
+
+def input_estimate(cfg: Any, batch: int, service: bool = False) -> BatchEstimate | None:
+    """The input batch the config makes at `batch`: vision 3×image_size² float32; text tokens
+    (int64) of max_length for the synthetic data, of the median length for the latency model
+    service (`service`, whatever the dataset: it makes its own input). None where the samples
+    are a dataset factory's own: their size is not in the config."""
+    w = cfg.workload
+    text = w.task == "text"
+    if service and text:  # the synthetic data's median length
+        length = min(w.max_length, max(w.min_length, w.max_length // 4))
+        return BatchEstimate(batch, (length,), "int64")
+    if not service and w.dataset not in ("synthetic", "imagefolder"):
+        return None
+    if text and w.dataset == "synthetic":
+        return BatchEstimate(batch, (w.max_length,), "int64")
+    return BatchEstimate(batch, (3, w.image_size, w.image_size), "float32")
+
+
+def refuse_oversized_batches(
+    cfg: Any,
+    where: str,
+    sizes: list[int],
+    device: str = "cpu",
+    service: bool = False,
+    available: Callable[[str], int] = available_bytes,
+) -> None:
+    """`refuse_oversized_batch` for each configured batch size. With the default `cpu` it checks
+    the host alone and needs no torch, so the CLI can refuse before importing it; the runners
+    check again on the resolved device."""
+    for size in sizes:
+        estimate = input_estimate(cfg, size, service)
+        if estimate is not None:
+            refuse_oversized_batch(where, estimate, device, available)

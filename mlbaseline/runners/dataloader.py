@@ -211,17 +211,20 @@ def run_dataloader(
     """Measure the data pipeline of `cfg`: the stage split, the worker / pin_memory sweep, cold
     and warm page cache, the knee and a recommendation; with a throughput result, the
     input-bound verdict. Ctrl-C keeps the passes done so far, marked interrupted."""
-    import torch
+    from mlbaseline.measure.memory import refuse_oversized_batches
 
-    from mlbaseline.measure.determinism import resolve_device, set_determinism
-    from mlbaseline.workloads.factory import refuse_oversized_batches
-
-    progress = progress or NullProgress()
-    device = resolve_device(cfg.workload.device)
     batch, where = cfg.dataloader.batch_size, "dataloader.batch_size"
     if batch is None:
         batch, where = cfg.golden.batch_size, "golden.batch_size"
-    refuse_oversized_batches(cfg, where, [batch], device)  # before any batch is built
+    refuse_oversized_batches(cfg, where, [batch])  # the host, before torch is even imported
+    import torch
+
+    from mlbaseline.measure.determinism import resolve_device, set_determinism
+
+    progress = progress or NullProgress()
+    device = resolve_device(cfg.workload.device)
+    if device.startswith("cuda"):
+        refuse_oversized_batches(cfg, where, [batch], device)  # and the device
     flags = set_determinism(
         cfg.golden.seed, cfg.workload.deterministic, cfg.workload.cudnn_benchmark
     )

@@ -44,6 +44,7 @@ from mlbaseline.measure.latency import (
     trim_by_send_order,
     warm_up,
 )
+from mlbaseline.measure.memory import refuse_oversized_batches
 from mlbaseline.progress import Progress
 from mlbaseline.results import Check, Metric, Result
 from mlbaseline.yamlread import read_regular
@@ -160,6 +161,8 @@ def run_latency(
         from mlbaseline.measure.latency_services import parse_endpoint
 
         parse_endpoint(lat.url)  # exit 2 before any model or socket exists
+    if lat.url is None and service is None:  # the host, before torch is even imported
+        refuse_oversized_batches(cfg, "latency.batch_size", [lat.batch_size], service=True)
     result = Result(kind="latency", config=cfg.to_dict())
     result.data = _initial_data(cfg)
     own = service is None

@@ -40,6 +40,7 @@ from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.measure.control import ControlKernel, make_control
 from mlbaseline.measure.determinism import resolve_device, set_determinism
 from mlbaseline.measure.gpu import GpuProbe, default_probe
+from mlbaseline.measure.memory import refuse_oversized_batches
 from mlbaseline.measure.pooling import pool_replicates
 from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, free_memory
 from mlbaseline.measure.telemetry import TelemetrySampler
@@ -68,7 +69,7 @@ from mlbaseline.runners.sweep import (
     infer_one_size,
     train_one_size,
 )
-from mlbaseline.workloads.factory import build_dataset, refuse_oversized_batches
+from mlbaseline.workloads.factory import build_dataset
 
 RESIDUAL_LIMIT = 0.05  # stage sums within 5% of the step time
 TELEMETRY_OVERHEAD_LIMIT = 0.02

@@ -20,7 +20,6 @@ from torch import nn
 
 from mlbaseline.config import Config, WorkloadConfig
 from mlbaseline.errors import ConfigError, DatasetError, FactoryError
-from mlbaseline.measure.memory import BatchEstimate, refuse_oversized_batch
 from mlbaseline.workloads.imports import accepted, call_factory, call_resolved, resolve_callable
 from mlbaseline.workloads.synthetic import SyntheticText, SyntheticVision, pad_collate
 
@@ -214,20 +213,6 @@ class DataSpec:
     dataset: Any
     collate_fn: Callable[..., Any] | None
     description: dict[str, Any]
-
-
-def refuse_oversized_batches(cfg: Config, where: str, sizes: list[int], device: str) -> None:
-    """Refuse (exit 2, before anything is allocated) a batch of the built-in data that cannot
-    fit in memory: vision 3×image_size² float32, text max_length int64 tokens. A dataset
-    factory's samples are its own, so its batches are not estimated here."""
-    w = cfg.workload
-    if w.dataset not in ("synthetic", "imagefolder"):
-        return
-    text = w.task == "text" and w.dataset == "synthetic"
-    shape = (w.max_length,) if text else (3, w.image_size, w.image_size)
-    for size in sizes:
-        estimate = BatchEstimate(size, shape, "int64" if text else "float32")
-        refuse_oversized_batch(where, estimate, device)
 
 
 def build_dataset(cfg: Config) -> DataSpec:

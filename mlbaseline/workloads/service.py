@@ -9,7 +9,7 @@ import torch
 
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.latency_services import ModelService
-from mlbaseline.measure.memory import BatchEstimate, refuse_oversized_batch
+from mlbaseline.measure.memory import input_estimate, refuse_oversized_batch
 from mlbaseline.workloads.factory import build_model, model_dtype
 
 
@@ -23,20 +23,19 @@ def build_model_service(cfg: Any) -> ModelService:
         torch.set_num_threads(w.threads)
     dtype = model_dtype(w)
     batch = cfg.latency.batch_size
+    estimate = input_estimate(cfg, batch, service=True)
+    assert estimate is not None  # the service's input is always the config's
+    refuse_oversized_batch("latency.batch_size", estimate, device)  # before any allocation
+    shape: tuple[int, ...] = (batch, *estimate.sample_shape)
     if w.task == "text":
-        length = min(w.max_length, max(w.min_length, w.max_length // 4))
-        shape: tuple[int, ...] = (batch, length)
 
         def make_input(g: Any) -> Any:
             return torch.randint(1, w.vocab_size, shape, generator=g)  # 0 is padding
     else:
-        shape = (batch, 3, w.image_size, w.image_size)
 
         def make_input(g: Any) -> Any:
             return torch.rand(shape, generator=g).to(dtype)
 
-    estimate = BatchEstimate(batch, shape[1:], "int64" if w.task == "text" else "float32")
-    refuse_oversized_batch("latency.batch_size", estimate, device)  # before any allocation
     model = build_model(w).to(device=device, dtype=dtype).eval()
     info = {"model": w.model, "task": w.task, "input_shape": list(shape), "dtype": w.dtype}
     service = ModelService(model, make_input, device, cfg.golden.seed, info=info)
