@@ -342,10 +342,10 @@ def _title(found: Sequence[Series], groups: int) -> str:
     return f"{head} over time ({found[0].kind}{'' if groups == 1 else ', several series'})"
 
 
-def draw_trend(view: Any, path: Path) -> Path:
+def draw_trend(view: Any, path: Path, force: bool = False) -> Path:
     from mlbaseline.report.sections_history import trend_figure
 
-    return trend_figure(view, path)
+    return trend_figure(view, path, force)
 
 
 def report_view(results: Sequence[Result], cfg: Config) -> Any:
