@@ -24,6 +24,7 @@ import yaml
 
 from mlbaseline import yamlread
 from mlbaseline.errors import ConfigError
+from mlbaseline.redact import redact_tree
 from mlbaseline.yamlread import read_mapping
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -691,4 +692,4 @@ def config_reference() -> str:
 
 
 def to_yaml(config: Config) -> str:
-    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+    return yaml.safe_dump(redact_tree(config.to_dict()), sort_keys=False)  # shown: no secret

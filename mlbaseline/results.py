@@ -156,7 +156,9 @@ class Result:
             "created_at": self.created_at,
             "status": self.status,
             "config": self.config,
-            "environment": self.environment,
+            # its blocking keys copy workload options from the config (dataset_kwargs may
+            # hold a signed URL): written redacted like the config
+            "environment": redact_tree(self.environment),
             "measurements": {k: asdict(m) for k, m in self.measurements.items()},
             "summary": self.summary(),
             "warnings": self.warnings,

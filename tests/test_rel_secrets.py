@@ -69,6 +69,24 @@ def test_result_file_and_history_keep_only_the_redacted_store_url(tmp_path, stor
     _nowhere(listed.stdout, listed.stderr, shown.stdout, shown.stderr)
 
 
+def test_show_config_prints_the_urls_redacted(tmp_path):
+    sets = ["--set", f"history.store={PG_REFUSED}", "--set", f"latency.url={TOKEN_URL}"]
+    res = mlb("throughput", "--show-config", *sets)
+    assert res.exit_code == 0, res.output
+    assert "store: postgresql://u:***@127.0.0.1:1/db" in res.stdout
+    _nowhere(res.stdout, res.stderr)
+
+
+def test_an_environment_url_is_written_redacted(tmp_path):
+    # the fingerprint's blocking keys copy workload options, a signed dataset URL among them
+    result = synthetic(1)
+    result.environment["blocking"]["workload.dataset_kwargs"] = {"url": TOKEN_URL}
+    path = write(result, tmp_path / "r.json")
+    blocking = json.loads(path.read_text())["environment"]["blocking"]
+    assert blocking["workload.dataset_kwargs"]["url"].startswith("http://127.0.0.1:9/p?api_key=***")
+    _nowhere(path.read_bytes())
+
+
 def test_the_http_service_records_its_url_without_the_token():
     described = HttpService(TOKEN_URL).describe()
     assert described["url"] == "http://127.0.0.1:9/p?api_key=***&x-api-key=***&page=2"
