@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner
 
 from mlbaseline.cli import app
-from mlbaseline.documents.base import error_path, one_line
+from mlbaseline.documents.base import one_line
 
 TESTS = Path(__file__).parent
 DOCS = TESTS / "data" / "schema_1_0"
@@ -284,7 +284,6 @@ def test_a_wrong_type_is_refused_at_its_path(kind: str, path: str, value: Any) -
     put(data, path, value)
     with pytest.raises(ValidationError) as info:
         validate(kind, data)
-    assert error_path(info.value.errors()[0]["loc"], data) == path
     assert one_line(info.value, "F.json", data).startswith(f"F.json: {path}: expected ")
 
 
