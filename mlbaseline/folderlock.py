@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlbaseline.errors import OutputError
+from mlbaseline.safewrite import check_in_place
 
 LOCK_NAME = ".mlb.lock"
 _held: dict[str, FolderLock] = {}  # this process's locks, by the folder's real path
@@ -73,6 +74,9 @@ def _holder(path: Path) -> str:
 
 
 def _open(path: Path) -> int:
+    # the pid is written into this file: a device or FIFO planted at the name is never opened
+    # (opening some devices acts on them), nor is a link followed
+    check_in_place(path)
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:

@@ -30,6 +30,7 @@ from typing import IO, Any
 from mlbaseline.errors import MlbError, OutputError, OutputExistsError
 
 __all__ = [
+    "check_in_place",
     "check_target",
     "create_new",
     "move_into_place",
@@ -81,6 +82,21 @@ def check_target(path: Path, force: bool) -> None:
         return
     kind = next((name for test, name in _NODE_KINDS if test(st.st_mode)), "not a file")
     raise OutputError(f"{path}: not a regular file ({kind}); refusing to write over it")
+
+
+def check_in_place(path: Path) -> None:
+    """For a file that is opened and changed in place (the SQLite history store), where no
+    rename can help: the name must be free or a regular file. A symlink is refused too (SQLite
+    would create or change its target), and so is a node (reading a FIFO would block)."""
+    path = Path(path)
+    st = _lstat(path)
+    if st is None or stat.S_ISREG(st.st_mode):
+        return
+    if stat.S_ISLNK(st.st_mode):
+        kind = "a symbolic link"
+    else:
+        kind = next((name for test, name in _NODE_KINDS if test(st.st_mode)), "not a file")
+    raise OutputError(f"{path}: not a regular file ({kind}); refusing to open it in place")
 
 
 def _mkparent(path: Path) -> None:

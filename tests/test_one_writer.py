@@ -27,8 +27,8 @@ ALLOWED = {
     "folder mkdtemp made for the partial subset; the folder moves into place as a whole",
     ("subset/output.py", "PartialDir.commit"): "renames whole folders (the finished subset, the "
     "replaced one), not files",
-    ("folderlock.py", "_open"): "the output folder's lock file: opened in place with O_NOFOLLOW "
-    "(a rename would lose the lock), never replaced; not an output",
+    ("folderlock.py", "_open"): "the output folder's lock file: opened in place (a rename "
+    "would lose the lock) after safewrite.check_in_place refused a link or node there",
 }
 
 _WRITE_MODE = re.compile(r"^[rwaxbt+]*[wax+][rwaxbt+]*$")

@@ -22,9 +22,11 @@ from test_reliability import SETS, assert_one_error_line, tiny
 from test_report import train_result
 from typer.testing import CliRunner
 
+from mlbaseline import folderlock
 from mlbaseline.cli import app
 from mlbaseline.cli.common import check_output
 from mlbaseline.errors import MlbError
+from mlbaseline.history.store import open_store
 from mlbaseline.measure.gpu import NullProbe
 from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.measure.trace import TraceWindow, write_trace
@@ -268,3 +270,38 @@ def test_cli_dangling_link_without_force_creates_nothing(tmp_path):
     res = runner.invoke(app, ["throughput", "-o", str(tmp_path / "r.json"), *SETS])
     assert_one_error_line(res, "r.json: already exists (use --force")
     planted.untouched()
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, id=t) for t in TARGETS])
+def test_history_store_over_a_planted_name(tmp_path, target):
+    """The SQLite store is changed in place (no rename can help): a link or a node at its name
+    is refused before SQLite opens it; no outside file is created or changed, a FIFO is never
+    read (that would block)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted = _plant(target, tmp_path / "history.sqlite", outside)
+    try:
+        with pytest.raises(MlbError) as caught:
+            open_store(str(tmp_path / "history.sqlite"))
+        message = str(caught.value)
+        assert "\n" not in message and "not a regular file" in message, message
+        assert "refusing to open it in place" in message
+        planted.untouched()
+    finally:
+        planted.close()
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, id=t) for t in TARGETS])
+def test_folder_lock_over_a_planted_name(tmp_path, target):
+    """The lock file (its holder's pid is written into it) is opened in place: a link or a
+    node planted at `DIR/.mlb.lock` is refused before it is opened; nothing outside changes."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted = _plant(target, tmp_path / "out" / folderlock.LOCK_NAME, outside)
+    try:
+        with pytest.raises(MlbError) as caught:
+            folderlock.acquire(tmp_path / "out")
+        assert "not a regular file" in str(caught.value) and "\n" not in str(caught.value)
+        planted.untouched()
+    finally:
+        planted.close()

@@ -51,6 +51,7 @@ from mlbaseline.history.record import (
 )
 from mlbaseline.redact import MASK, redact_text, redact_url
 from mlbaseline.results import utc_now
+from mlbaseline.safewrite import check_in_place
 
 DEFAULT_PATH = Path("mlb-results") / "history.sqlite"
 ENV = "MLB_HISTORY"
@@ -181,6 +182,7 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
     empty or missing file into a database, and a foreign file must stay as it was)."""
     if path.is_dir():
         raise StoreError(f"{path}: is a folder, not an mlb history store")
+    check_in_place(path)  # SQLite follows links and opens nodes: neither is a store
     if not path.exists():
         if not create:
             raise StoreMissingError(f"{path}: no history store yet (nothing recorded)")
