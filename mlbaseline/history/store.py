@@ -235,8 +235,9 @@ def _pg_engine(url: str) -> Engine:
     shown = display(url)
     try:
         _ = urlsplit(url).port  # read, only for urllib's check of it
-    except ValueError as exc:  # 'abc', 99999: urllib's message names the port, not the password
-        raise StoreError(f"history.store: {shown}: bad port ({exc})") from None
+    except ValueError as exc:  # 'abc', 99999, '[::1': urllib names the fault, not the password
+        what = "bad port" if "port" in str(exc).lower() else "not a valid URL"
+        raise StoreError(f"history.store: {shown}: {what} ({exc})") from None
     rest = url.partition("://")[2]
     try:
         u = sa.engine.make_url(f"postgresql+psycopg://{rest}")
