@@ -454,6 +454,14 @@ def _index_warnings(index: Index, result: Result) -> None:
             f"{len(index.unreadable_dirs)} folder(s) could not be read and were skipped",
             dirs=index.unreadable_dirs,
         )
+    if index.non_utf8_skipped:
+        names = index.non_utf8_skipped
+        result.warn(
+            "non_utf8_names",
+            f"{len(names)} file(s) or folder(s) whose names are not valid UTF-8 were skipped: "
+            + ", ".join(names[:5]),
+            names=names,
+        )
 
 
 def _record(

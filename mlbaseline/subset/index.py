@@ -13,7 +13,9 @@ Rules:
   (by suffix), hidden files and folders (name starting with `.`) are skipped and counted;
 - files directly under the root belong to no class: ignored and counted;
 - a class folder without images is an *empty class*: reported, not part of `classes`;
-- names are sorted (code-point order), so the same tree always gives the same index.
+- names are sorted (code-point order), so the same tree always gives the same index;
+- a name that is not valid UTF-8 (Python holds its bytes as lone surrogates, which no JSON,
+  manifest or terminal line can carry) is skipped and listed, escaped, in `non_utf8_skipped`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Index:
     ignored_by_suffix: dict[str, int] = field(default_factory=dict)
     hidden_skipped: int = 0
     unreadable_dirs: list[str] = field(default_factory=list)
+    non_utf8_skipped: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> np.ndarray:
@@ -72,6 +75,20 @@ class Index:
         }
 
 
+def utf8_name(name: str) -> bool:
+    """False for a name whose bytes on disk are not UTF-8 (decoded with surrogateescape)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_name(path: str) -> str:
+    """A path that may hold such bytes, as printable ASCII: its bytes' repr, b'dog\\xff/a.png'."""
+    return repr(os.fsencode(path))
+
+
 def is_image_name(name: str) -> bool:
     dot = name.rfind(".")
     return dot > 0 and name[dot:].lower() in IMAGE_EXTENSIONS
@@ -82,6 +99,7 @@ class _Counts:
         self.ignored: Counter[str] = Counter()
         self.hidden = 0
         self.unreadable: list[str] = []
+        self.non_utf8: list[str] = []
 
     def ignore(self, name: str) -> None:
         dot = name.rfind(".")
@@ -98,7 +116,9 @@ def _scan_class(folder: str, counts: _Counts, rel_root: str) -> list[str]:
             with os.scandir(path) as it:
                 for entry in it:
                     name = entry.name
-                    if name.startswith("."):
+                    if not utf8_name(name):
+                        counts.non_utf8.append(shown_name(f"{rel_root}/{prefix}{name}"))
+                    elif name.startswith("."):
                         counts.hidden += 1
                     elif is_image_name(name):
                         # is_file() follows a symlinked file (a stat only for links)
@@ -131,7 +151,9 @@ def index_tree(root: Path, progress: Progress | None = None) -> Index:
     try:
         with os.scandir(root) as it:
             for entry in it:
-                if entry.name.startswith("."):
+                if not utf8_name(entry.name):
+                    counts.non_utf8.append(shown_name(entry.name))
+                elif entry.name.startswith("."):
                     counts.hidden += 1
                 elif entry.is_dir():  # a symlinked class folder is followed, like ImageFolder
                     class_dirs.append(entry.name)
@@ -161,4 +183,5 @@ def index_tree(root: Path, progress: Progress | None = None) -> Index:
         ignored_by_suffix=dict(counts.ignored),
         hidden_skipped=counts.hidden,
         unreadable_dirs=sorted(counts.unreadable),
+        non_utf8_skipped=sorted(counts.non_utf8),
     )
