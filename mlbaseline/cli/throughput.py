@@ -27,6 +27,7 @@ from mlbaseline.config import Config
 from mlbaseline.documents.data_throughput import Data, Noise, PartSummary
 from mlbaseline.errors import UsageError
 from mlbaseline.results import Result
+from mlbaseline.runners.torchrun import failures_announced, torchrun_env
 
 STAGE_ABBREV = {
     "data_wait": "data",
@@ -312,16 +313,17 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     }
     output = common.output
     name = telemetry_name(output) if output is not None else "telemetry.csv"
-    outputs = (output, None if output is None else output.parent / name)
+    launch = torchrun_env()
+    # under torchrun only rank 0 writes, so only rank 0 checks: the ranks of nodes started in
+    # one folder would otherwise refuse rank 0's files as existing outputs
+    rank0 = launch is None or launch.rank == 0
+    outputs = (output, None if output is None else output.parent / name) if rank0 else ()
 
     def measure(cfg: Config, ui: Ui) -> Result | None:
         from mlbaseline.measure.gpu import default_probe
-        from mlbaseline.runners.distributed import torchrun_env
         from mlbaseline.runners.throughput import run_throughput
 
-        launch = torchrun_env()
         # under torchrun only rank 0 writes: the result (every rank pooled) and its telemetry
-        rank0 = launch is None or launch.rank == 0
         probe = default_probe()
         try:
             folder = output.parent if output is not None and rank0 else None
@@ -342,7 +344,8 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
                 check_output(output.parent / trace_file, common.force)
 
     render = lambda result, ui: print_summary(ui, result)  # noqa: E731
-    execute(common, measure, overrides, prepare=prepare, outputs=outputs, render=render)
+    with failures_announced(launch):  # a rank that fails tells the other nodes' ranks
+        execute(common, measure, overrides, prepare=prepare, outputs=outputs, render=render)
 
 
 def _data_overrides(data: Path | None) -> dict[str, Any]:

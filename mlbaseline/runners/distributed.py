@@ -32,8 +32,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -45,12 +45,17 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from mlbaseline import scratch
 from mlbaseline.config import Config, build
 from mlbaseline.envinfo import usable_cpus
-from mlbaseline.errors import ExitCode, MlbError, UsageError
 from mlbaseline.measure.loop import STOP_REASONS, Decision
 from mlbaseline.measure.pooling import group_summary, pool_metrics
 from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, is_oom, short_error
 from mlbaseline.results import Metric
 from mlbaseline.runners.sweep import SweepState, train_one_size
+from mlbaseline.runners.torchrun import RankFailedError as RankFailedError
+from mlbaseline.runners.torchrun import TorchrunEnv as TorchrunEnv
+from mlbaseline.runners.torchrun import Watchdog
+from mlbaseline.runners.torchrun import check_torchrun as check_torchrun
+from mlbaseline.runners.torchrun import record_layout as record_layout
+from mlbaseline.runners.torchrun import torchrun_env as torchrun_env
 from mlbaseline.safewrite import write_text
 from mlbaseline.workloads.factory import build_dataset
 
@@ -486,80 +491,6 @@ def _overlap(entry: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- under an external torchrun
 
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE")
-
-
-class RankFailedError(MlbError):
-    """This rank (not rank 0) could not finish its part of a torchrun measurement."""
-
-    exit_code = ExitCode.FAILED
-
-
-@dataclass(frozen=True)
-class TorchrunEnv:
-    """What torchrun told this process about the run it is one rank of."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    group_rank: int
-    local_world_size: int
-    nnodes: int
-    run_id: str | None = None
-
-
-def torchrun_env(environ: Mapping[str, str] | None = None) -> TorchrunEnv | None:
-    """The torchrun environment of this process, or None when not launched by torchrun (all
-    five variables must be set: a lone RANK left in a shell is not a launch)."""
-    env = os.environ if environ is None else environ
-    if not all(env.get(k) for k in TORCHRUN_VARS):
-        return None
-    try:
-        v = {k: int(env[k]) for k in TORCHRUN_VARS}
-        # GROUP_WORLD_SIZE: torchrun's number of nodes; without it, nodes are equal in size
-        nnodes = int(env.get("GROUP_WORLD_SIZE") or v["WORLD_SIZE"] // v["LOCAL_WORLD_SIZE"])
-    except ValueError:
-        found = ", ".join(f"{k}={env[k]}" for k in TORCHRUN_VARS)
-        raise UsageError(f"torchrun environment: expected integers, got {found}") from None
-    return TorchrunEnv(
-        v["RANK"],
-        v["WORLD_SIZE"],
-        v["LOCAL_RANK"],
-        v["GROUP_RANK"],
-        v["LOCAL_WORLD_SIZE"],
-        nnodes,
-        env.get("TORCHELASTIC_RUN_ID"),
-    )
-
-
-def check_torchrun(cfg: Config, launch: TorchrunEnv | None) -> None:
-    """Under torchrun the world is torchrun's: no second launcher, no fresh-process children
-    (they would inherit this rank's identity)."""
-    if launch is None:
-        return
-    if cfg.throughput.nproc > 1:
-        raise UsageError(
-            f"throughput.nproc: {cfg.throughput.nproc} under torchrun, which already started "
-            f"{launch.world_size} processes; leave --nproc at 1 (torchrun's --nproc-per-node "
-            "sets the processes)"
-        )
-    if cfg.throughput.repeats not in (1, "auto"):  # auto runs one process per rank here
-        raise UsageError("throughput.repeats: fresh-process replicates cannot run under torchrun")
-    if cfg.throughput.trace:
-        raise UsageError("throughput.trace: the profiler window is for one process, not torchrun")
-
-
-def record_layout(result: Any, nnodes: int, nproc_per_node: int, hostnames: list[str]) -> None:
-    """The node layout in the fingerprint: its shape is a blocking key (2 nodes × 1 process is
-    another measurement than 1 × 2: the gradients cross the network), the hostnames per rank are
-    recorded beside it (the same layout on other nodes of the same kind stays comparable)."""
-    result.environment.setdefault("blocking", {})["node_layout"] = {
-        "nnodes": nnodes,
-        "nproc_per_node": nproc_per_node,
-        "world_size": nnodes * nproc_per_node,
-    }
-    result.environment.setdefault("informational", {})["hostnames_by_rank"] = hostnames
-
 
 def _handle_stop_signals(flag: dict[str, bool]) -> dict[int, Any]:
     """Ctrl-C reaches every rank of a node, and torchrun's agent then sends SIGTERM: both
@@ -583,10 +514,12 @@ def train_torchrun(run: SweepState, launch: TorchrunEnv) -> bool:
     flag = {"interrupted": False}
     previous = _handle_stop_signals(flag)
     timeout = timedelta(seconds=max(300.0, 4 * cfg.throughput.max_time_s))
-    dist.init_process_group(backend, timeout=timeout)
+    # a peer's failure ends this rank within a bounded time, even blocked in a collective
+    dog = Watchdog(launch).__enter__()
     gathered: list[dict[str, Any]] = []
     error = None
     try:
+        dist.init_process_group(backend, timeout=timeout)
         ranks = _gather({k: payload[k] for k in payload if k != "runs"}, launch, all_ranks=True)
         _describe_torchrun(run, launch, backend, ranks)
         with scratch.folder("torchrun") as tmp:
@@ -596,10 +529,12 @@ def train_torchrun(run: SweepState, launch: TorchrunEnv) -> bool:
                 if _was_interrupted([payload]):
                     break
     except Exception as exc:  # OOM or a crash here, or a peer that left a collective
+        why = short_error(exc) if dog.failure is None else f"another rank failed: {dog.failure}"
         if launch.rank != 0:
-            raise RankFailedError(f"rank {launch.rank}: {short_error(exc)}") from exc
-        error = short_error(exc)
+            raise RankFailedError(f"rank {launch.rank}: {why}") from exc
+        error = why
     finally:
+        dog.stop()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         for sig, handler in previous.items():
@@ -672,6 +607,9 @@ def _stopped_by(run: SweepState, error: str) -> None:
     rest = sizes[sizes.index(at) + 1 :]
     for b in rest:  # recorded as not measured, not left looking like a size that went well
         run.failed(b, "train", RuntimeError(f"not measured: the run stopped at batch size {at}"))
+    # failed, and so exit 1: rank 0's torchrun agent then skips its exit barrier (300 s), where
+    # it would wait for the node that left
+    run.result.mark("failed", f"torchrun: the run stopped at batch size {at} ({error})")
     run.result.warn(
         "torchrun_stopped",
         f"torchrun: the run stopped at batch size {at} ({error}); not measured after it: "
