@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from mlbaseline.documents.base import one_line
-from mlbaseline.documents.data_throughput import BatchEntry, PartSummary
+from mlbaseline.documents.data_throughput import BatchEntry, Noise, PartSummary
 from mlbaseline.documents.data_throughput import Data as ThroughputData
 from mlbaseline.errors import ResultFileError
 from mlbaseline.report.data import Group, Telemetry, all_groups, estimate, finite, share
@@ -256,6 +256,16 @@ def typed_data(result: Result, model: type[M]) -> M:
 def throughput_data(result: Result) -> ThroughputData | None:
     """The payload of a throughput result (None for another kind)."""
     return typed_data(result, ThroughputData) if result.kind == "throughput" else None
+
+
+def noise_records(results: Sequence[Result]) -> dict[str, Noise]:
+    """Per metric, the noise record (`data.noise`, stats.noise) of the throughput results."""
+    out: dict[str, Noise] = {}
+    for r in results:
+        data = throughput_data(r)
+        if data is not None and data.noise:
+            out.update(data.noise)
+    return out
 
 
 def _batch_entry(

@@ -105,21 +105,21 @@ def section_stages(ctx: ReportContext) -> list[str]:
 def noise_table(results: Sequence[Result], gs: Sequence[Group]) -> list[str]:
     """Per group with fresh-process replicates (`data["noise"]`, stats.noise): the MDE of a
     compare of two such runs per stage and for the step, and where the step's noise lies."""
-    noise = {k: v for r in results for k, v in (r.data.get("noise") or {}).items()}
+    noise = payloads.noise_records(results)
     names = list(dict.fromkeys(s for g in gs for s in g.stages))
     rows = []
     for g in gs:
         step = noise.get(f"{g.prefix}.step")
         if step is None:
             continue
-        cells = [pct(noise[f"{g.prefix}.{s}"]["mde"]) if f"{g.prefix}.{s}" in noise else "–"
+        cells = [pct(noise[f"{g.prefix}.{s}"].mde) if f"{g.prefix}.{s}" in noise else "–"
                  for s in names]  # fmt: skip
-        sit = step.get("sittings") or {}
-        across = [f"{pct(sit['between_sd'])} ({sit['sittings']})", pct(sit["mde_across_sittings"])
-                  ] if sit else ["–", "–"]  # fmt: skip
-        rows.append([g.label, str(step["processes"]), *cells, pct(step["mde"]),
-                     pct(step["between_share"]), pct(step["within_sd"]),
-                     pct(step["between_sd"]), *across])  # fmt: skip
+        sit = step.sittings
+        across = [f"{pct(sit.between_sd)} ({sit.sittings})", pct(sit.mde_across_sittings)
+                  ] if sit is not None else ["–", "–"]  # fmt: skip
+        rows.append([g.label, str(step.processes), *cells, pct(step.mde),
+                     pct(step.between_share), pct(step.within_sd),
+                     pct(step.between_sd), *across])  # fmt: skip
     if not rows:
         return []
     headers = ["batch size", "processes", *(s.replace("_", " ") for s in names), "step",

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
+from mlbaseline.documents.data_throughput import Noise
 from mlbaseline.report.data import (
     Group,
     Telemetry,
@@ -183,7 +184,9 @@ def replicates_for(cv: float, limit: float = CV_LIMIT) -> int:
 
 def cv_signals(results: Sequence[Result]) -> list[Signal]:
     out = []
-    noise = {k: v for r in results for k, v in (r.data.get("noise") or {}).items()}
+    from mlbaseline.report.payloads import noise_records
+
+    noise = noise_records(results)
     for _subject, metric in _cv_subjects(results):
         reps = replicate_medians(metric)
         values = [v for v in metric.values if np.isfinite(v)]
@@ -206,14 +209,14 @@ def cv_signals(results: Sequence[Result]) -> list[Signal]:
     return out or [_not_measured("cv", "no throughput samples", CV_LIMIT)]
 
 
-def _replicate_cv_signal(name: str, reps: Sequence[float], noise: Any = None) -> Signal:
+def _replicate_cv_signal(name: str, reps: Sequence[float], noise: Noise | None = None) -> Signal:
     cv = stats.summarize(reps).cv
     half = stats.relative_t_half_width(cv, len(reps))
     msg = f"{name}: median ±{half:.1%} (95% CI) over {len(reps)} replicate medians (CV {cv:.1%})"
-    if isinstance(noise, dict) and noise.get("mde") is not None:
+    if noise is not None and noise.mde is not None:
         msg += (
-            f"; {noise['between_share']:.0%} of the variance between processes; a compare of "
-            f"two such runs cannot see changes below {noise['mde']:.1%} (MDE)"
+            f"; {noise.between_share:.0%} of the variance between processes; a compare of "
+            f"two such runs cannot see changes below {noise.mde:.1%} (MDE)"
         )
     fired = half > CV_LIMIT
     if fired:
