@@ -335,9 +335,8 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     def prepare(cfg: Config) -> None:
         from mlbaseline.measure.memory import refuse_oversized_batches
 
-        # the host's memory, before torch is imported; the runner checks the device again
         refuse_oversized_batches(cfg, "throughput.batch_sizes", cfg.throughput.batch_sizes)
-        from mlbaseline.measure.trace import trace_names
+        from mlbaseline.measure.trace import trace_names  # imports torch: after the check
 
         if output is not None:  # the trace files beside the result: no overwrite either
             for trace_file in trace_names(cfg, name):
