@@ -1315,7 +1315,8 @@ def _check_rel_files(text: str) -> None:
     import importlib.util
 
     documented = {
-        (f, t) for f, t in re.findall(r"`tests/(test_rel_\w+\.py)::(test_\w+(?:\[[\w.-]+\])?)`", text)
+        (f, t)
+        for f, t in re.findall(r"`tests/(test_rel_\w+\.py)::(test_\w+(?:\[[\w.-]+\])?)`", text)
     }
     found: set[tuple[str, str]] = set()
     for path in sorted((ROOT / "tests").glob("test_rel_*.py")):
