@@ -14,6 +14,10 @@ no limits either, so `BoundedLoader` adds them where the graph is built, before 
   repeated `throughput:` block drops the first one's settings.
 
 Errors are `YamlLimitError` with the 1-based line; callers add the file name.
+
+It is also the one bounded reader of a whole input file (`read_regular`: a config file here,
+`--body-file` in `runners.latency`): a regular file under a size cap, since `/dev/zero` or a
+FIFO given as a path would otherwise be read until memory runs out, or wait forever.
 """
 
 from __future__ import annotations
