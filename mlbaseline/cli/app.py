@@ -12,7 +12,7 @@ app = typer.Typer(
         "Example: mlb run   (env-check, dataloader, throughput, latency and a report, on the "
         "built-in demo profile: no data, no GPU needed)\n\n"
         "Exit codes: 0 ok, 1 a verdict failed, 2 bad input, 3 not comparable / not possible "
-        "here, 130 interrupted."
+        "here, 130 interrupted (143 SIGTERM, 129 SIGHUP)."
     ),
     no_args_is_help=True,
     # markdown: docstring paragraphs are re-wrapped to the terminal, blank lines kept
