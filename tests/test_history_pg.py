@@ -116,3 +116,26 @@ def test_cli_gate_and_check_on_a_team_store(pg_url, tmp_path, monkeypatch):
     assert res.exit_code == 0
     (series,) = json.loads(res.stdout)["series"]
     assert series["n"] == 7 and series["metric"] == "train.bs64.backward"
+
+
+def test_a_postgresql_store_with_a_password_is_shown_redacted(pg_url, tmp_path, monkeypatch):
+    """Issue 25 (RELIABILITY.md 5.2): the suite's server trusts loopback, so a password in the
+    URL is accepted and unused; no command shows it."""
+    from typer.testing import CliRunner
+
+    from mlbaseline.cli import app
+
+    secret = "S3cr3tPw"
+    url = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@", 1)
+    assert secret in url
+    monkeypatch.setenv("MLB_HISTORY", url)
+    files = [write(synthetic(i, created_at=stamp(i)), tmp_path / f"{i}.json") for i in range(2)]
+    run = CliRunner().invoke
+    added = run(app, ["history", "add", *map(str, files)])
+    listed = run(app, ["history", "list"])
+    checked = run(app, ["history", "check", "--json"])
+    for res in (added, listed, checked):
+        assert res.exit_code == 0, res.output
+        assert secret not in res.stdout + res.stderr
+    assert "postgres:***@" in " ".join(listed.stderr.split())
+    assert json.loads(checked.stdout)["store"] == url.replace(secret, "***")

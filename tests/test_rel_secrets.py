@@ -1,6 +1,7 @@
 """Issue 25, item 3 (RELIABILITY.md 5.2): a password or token in a URL reaches no sink — the
 result file, the history's rows and documents, `history list`/`check` output, stderr warnings,
-`Error:` lines, the Markdown report — in any form but its redacted one (`u:***@`, `key=***`)."""
+`Error:` lines, the Markdown report — in any form but its redacted one (`u:***@`, `key=***`).
+On a real PostgreSQL server: tests/test_history_pg.py (one server for the session)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from history_fakes import stamp, synthetic, write
-from test_history_pg import pg_server, pg_url  # noqa: F401  (the suite's PostgreSQL fixtures)
 from typer.testing import CliRunner
 
 from mlbaseline.cli import app
@@ -154,21 +154,3 @@ def test_the_not_recorded_warning_never_echoes_a_password(tmp_path, monkeypatch)
     assert res.exit_code == 0, res.output  # the store's fault costs a warning, not the result
     assert "warning: not recorded in the history (postgresql://u:***@127.0.0.1:1/db" in res.stderr
     _nowhere(res.stderr, res.stdout, (tmp_path / "c.json").read_bytes())
-
-
-def test_a_postgresql_store_with_a_password_is_shown_redacted(tmp_path, monkeypatch, request):
-    # the suite's server trusts loopback, so a password in the URL is accepted and unused
-    url = request.getfixturevalue("pg_url").replace(
-        "postgresql://postgres@", f"postgresql://postgres:{SECRET}@", 1
-    )
-    assert SECRET in url
-    monkeypatch.setenv("MLB_HISTORY", url)
-    a, b = _pair(tmp_path)
-    added = mlb("history", "add", a, b)
-    listed = mlb("history", "list")
-    checked = mlb("history", "check", "--json")
-    for res in (added, listed, checked):
-        assert res.exit_code == 0, res.output
-        _nowhere(res.stdout, res.stderr)
-    assert "postgres:***@" in " ".join(listed.stderr.split())
-    assert json.loads(checked.stdout)["store"] == url.replace(SECRET, "***")
