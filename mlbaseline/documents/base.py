@@ -83,6 +83,15 @@ class Tool(Strict):
     version: str
 
 
+class Trim(Strict):
+    """A latency metric's trim: how many requests of the head and tail (in send order) went to
+    `warmup` (runners/latency.py)."""
+
+    head: int
+    tail: int
+    order: str
+
+
 class MetricMeta(Open):
     """What a metric is within its group: the stage, the role (total, stage, rate, …)."""
 
@@ -100,7 +109,7 @@ class MetricMeta(Open):
     number_per_run: int | None = None
     threads: int | None = None
     every: int | None = None
-    trim: dict[str, JsonValue] | None = None  # the latency trim's own description
+    trim: Trim | None = None
 
 
 class Metric(Strict):
@@ -352,33 +361,37 @@ def _expected(error: ErrorDetails) -> str:
     return message[:1].lower() + message[1:]
 
 
-def error_path(loc: tuple[int | str, ...], doc: Any) -> str:
+def error_path(loc: tuple[int | str, ...], doc: Any, missing: bool = False) -> str:
     """The dotted path of an error location in the document: pydantic adds the name of a
     union member or a validator to `loc` (`int`, `function-after[…]`); walking the document
-    itself keeps only the keys and indices that exist in it."""
+    itself keeps only the keys and indices that exist in it, and the last key of a `missing`
+    error (which the document cannot have)."""
     parts: list[str] = []
     node = doc
-    for step in loc:
+    for i, step in enumerate(loc):
         if isinstance(node, dict) and isinstance(step, str) and step in node:
             parts.append(step)
             node = node[step]
         elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
             parts.append(f"[{step}]")
             node = node[step]
-        elif isinstance(node, dict) and isinstance(step, str) and step.isidentifier():
-            parts.append(step)  # a missing key: name it, and stop walking
-            node = None
+        elif missing and i == len(loc) - 1 and isinstance(step, str):
+            parts.append(step)
     return ".".join(parts).replace(".[", "[") or "(top level)"
 
 
 def one_line(exc: ValidationError, where: str, doc: Any) -> str:
-    """`FILE: path.to.field: expected <what>, got <value>` for the first error, with a count
-    of the others: one line, whatever the document."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    line = (
-        f"{where}: {error_path(first['loc'], doc)}: expected {_expected(first)}, got {_got(first)}"
-    )
-    if len(errors) > 1:
-        line += f" (and {len(errors) - 1} more)"
+    """`FILE: path.to.field: expected <what>, got <value>` for the first field in error, with a
+    count of the other fields: one line, whatever the document. A union's members each give
+    an error at the same path: their expectations are joined (`a number or null`)."""
+    located = [
+        (error_path(e["loc"], doc, e["type"] in ("missing", "missing_argument")), e)
+        for e in exc.errors(include_url=False)
+    ]
+    path, first = located[0]
+    expected = list(dict.fromkeys(_expected(e) for p, e in located if p == path))
+    others = len({p for p, _ in located if p != path})
+    line = f"{where}: {path}: expected {' or '.join(expected)}, got {_got(first)}"
+    if others:
+        line += f" (and {others} more)"
     return line.replace("\n", " ")
