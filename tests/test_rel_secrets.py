@@ -69,6 +69,27 @@ def test_result_file_and_history_keep_only_the_redacted_store_url(tmp_path, stor
     _nowhere(listed.stdout, listed.stderr, shown.stdout, shown.stderr)
 
 
+def _old_file_with_a_secret(tmp_path: Path) -> Path:
+    """A file written before the redaction: the secret in its config as it was stored."""
+    path = write(synthetic(1, created_at=stamp(1)), tmp_path / "old.json")
+    doc = json.loads(path.read_text())
+    doc["config"]["history"] = {"store": PG_REFUSED}
+    doc["config"]["latency"] = {"url": TOKEN_URL}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_an_older_file_with_a_secret_is_stored_redacted(tmp_path, store):
+    path = _old_file_with_a_secret(tmp_path)
+    assert mlb("history", "add", path).exit_code == 0
+    again = mlb("history", "add", path, "--json")  # still the file's own SHA-256 as its key
+    assert again.exit_code == 0 and json.loads(again.stdout)[0]["new"] is False
+    shown = mlb("history", "show", "1", "--json")
+    config = json.loads(shown.stdout)["document"]["config"]
+    assert config["history"]["store"] == "postgresql://u:***@127.0.0.1:1/db"
+    _nowhere(_store_bytes(store), shown.stdout, shown.stderr)
+
+
 def test_show_config_prints_the_urls_redacted(tmp_path):
     sets = ["--set", f"history.store={PG_REFUSED}", "--set", f"latency.url={TOKEN_URL}"]
     res = mlb("throughput", "--show-config", *sets)
@@ -93,12 +114,7 @@ def test_the_http_service_records_its_url_without_the_token():
 
 
 def test_a_report_of_a_file_that_held_a_secret_shows_none(tmp_path):
-    # a file written before the redaction: the secret is in its config as it was stored
-    path = write(synthetic(1, created_at=stamp(1)), tmp_path / "old.json")
-    doc = json.loads(path.read_text())
-    doc["config"]["history"] = {"store": PG_REFUSED}
-    doc["config"]["latency"] = {"url": TOKEN_URL}
-    path.write_text(json.dumps(doc))
+    path = _old_file_with_a_secret(tmp_path)
     res = mlb("report", path, "-o", tmp_path / "rep", "--no-history", "--json")
     assert res.exit_code == 0, res.output
     written = [p.read_bytes() for p in (tmp_path / "rep").rglob("*") if p.is_file()]

@@ -29,6 +29,7 @@ from scipy import stats as sps
 from mlbaseline.comparison.matching import comparable_blocking
 from mlbaseline.documents.history import parse_record_document
 from mlbaseline.errors import MlbError
+from mlbaseline.redact import redact_text, redact_tree
 from mlbaseline.results import Metric, Result, parse_result, read_result_bytes, utc_now
 from mlbaseline.stopping import as_read
 
@@ -85,7 +86,8 @@ class MetricSummary:
 
 @dataclass(frozen=True)
 class Record:
-    """One result as the store keeps it; `body` is the file's exact bytes."""
+    """One result as the store keeps it; `body` is the file's exact bytes (its config and
+    environment redacted where they held a URL secret: `stored_body`)."""
 
     kind: str
     status: str
@@ -251,6 +253,22 @@ def config_hash(result: Result) -> str:
     return canonical_hash({k: v for k, v in (result.config or {}).items() if k != "history"})
 
 
+def stored_body(body: bytes) -> bytes:
+    """The bytes the store keeps of a result file: the file's own, unless its config or
+    environment holds a URL secret (a file written before results were redacted): then the
+    document with those two sections redacted, so a shared store never holds one. The record's
+    key stays the file's own SHA-256. The text scan first spares the second parse of a file
+    with nothing to mask (nearly all)."""
+    text = body.decode("utf-8", errors="replace")
+    if redact_text(text) == text:
+        return body
+    doc = json.loads(body)
+    clean = {k: redact_tree(v) if k in ("config", "environment") else v for k, v in doc.items()}
+    if clean == doc:
+        return body  # the secret-looking text is elsewhere (a note, a payload): kept as written
+    return (json.dumps(clean, indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
 def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None = None) -> Record:
     """The record of `result`, whose file (at `path`) has the bytes `body`."""
     noise = result.data.get("noise") if isinstance(result.data.get("noise"), dict) else {}
@@ -268,7 +286,7 @@ def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None
         git=git if git is not None else detect_git(),
         host=socket.gethostname(),
         metrics=tuple(s for s in summaries if s is not None),
-        body=body,
+        body=stored_body(body),
     )
 
 
@@ -301,6 +319,7 @@ __all__ = [
     "read_result",
     "record_file",
     "record_of",
+    "stored_body",
     "summarize_metric",
     "summary_of_row",
 ]
