@@ -189,7 +189,6 @@ def _jsonable(obj: Any) -> Any:
 
 # ---------------------------------------------------------------- writing
 
-
 # the one safe writer lives in mlbaseline.safewrite; this is its older name, kept for callers
 atomic_write_text = write_text
 
