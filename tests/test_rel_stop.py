@@ -368,3 +368,26 @@ def test_the_lock_is_reentrant_in_one_process_and_leaves_no_empty_folder(tmp_pat
     with folderlock.locked(folder) as outer, folderlock.locked(folder) as inner:
         assert outer is inner and (folder / folderlock.LOCK_NAME).is_file()
     assert not folder.exists()  # made for the lock, nothing written: removed with it
+
+
+def test_the_library_api_names_the_stop_signal(tmp_path: Path):
+    """A training loop run under `stopping.stop_signals()` (the library installs no handler in
+    the user's process itself): a real SIGTERM ends it as Ctrl-C does, the note names it."""
+    from test_api import baseline, fake_loader
+
+    from mlbaseline.measure.clock import ManualClock
+
+    clock = ManualClock()
+    bl = baseline(clock)
+    try:
+        with pytest.raises(stopping.Terminated), stopping.stop_signals():
+            for i, _b in enumerate(bl.data(fake_loader(clock, 0.001))):
+                with bl.step():
+                    clock.advance(0.01)
+                    if i == 6:
+                        os.kill(os.getpid(), signal.SIGTERM)  # delivered here, in this thread
+        r = load_result(bl.save(tmp_path / "r.json"))
+    finally:
+        stopping.reset()  # this process's record of the signal: not for the next test
+    assert r.status == "interrupted" and len(bl.loop.records) == 6
+    assert any("SIGTERM" in n for n in r.notes), r.notes

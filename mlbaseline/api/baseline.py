@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from mlbaseline import stopping
 from mlbaseline.config import Config, build, deep_merge, nest, resolve
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import UsageError
@@ -311,6 +312,10 @@ class Baseline:
         _add_train(result, self.batch_size, prefix, parts, loop.stop_reason, self._window)
         if loop.stop_reason == "interrupted":
             result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
+            # SIGTERM/SIGHUP end a step as Ctrl-C does where the program handles them through
+            # `mlbaseline.stopping.stop_signals()` (a library installs no handler of its own
+            # in the user's process): the note then names the signal
+            stopping.annotate(result)
         if self.sampler is not None:
             telemetry_block(result, self.sampler, telemetry_csv, owned=True)
         finish_result(result)
