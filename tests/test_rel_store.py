@@ -180,11 +180,31 @@ def test_a_damaged_row_costs_that_record_only(tmp_path, store, how, field):
     assert [e["id"] for e in json.loads(listed.stdout)] == [1, 2, 4, 5]
     assert {row.split(",")[0] for row in exported.stdout.splitlines()[1:]} == {"1", "2", "4", "5"}
     assert [s["n"] for s in json.loads(checked.stdout)["series"]][:1] == [4]
+    new = write(synthetic(9, created_at=stamp(9)), tmp_path / "new.json")
+    gate = mlb("history", "gate", new, "--json", *FAST)
+    assert gate.exit_code == 0, gate.output
+    history = json.loads(gate.stdout)["data"]["history"]
+    # the gate reads documents, not metric rows: the damage costs it record 3 at most
+    assert set(history["baselines"]) - {3} == {1, 2, 4, 5}
     assert mlb("history", "show", "2").exit_code == 0
     line = _one_error(mlb("history", "show", "3"))
     assert field in line and "mlb history rm 3 --force deletes it" in line
     assert mlb("history", "rm", "3", "--force").exit_code == 0
     assert _warnings(mlb("history", "list")) == []
+
+
+def test_the_gate_names_a_damaged_baseline_it_left_out(tmp_path, store):
+    assert mlb("history", "add", *_files(tmp_path / "in", 5)).exit_code == 0
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE results SET status = X'07' WHERE id = 3")
+    new = write(synthetic(9, created_at=stamp(9)), tmp_path / "new.json")
+    gate = mlb("history", "gate", new, "--json", *FAST)
+    assert gate.exit_code == 0, gate.output
+    history = json.loads(gate.stdout)["data"]["history"]
+    assert history["baselines"] == [1, 2, 4, 5]
+    assert history["skipped"] == [
+        "history #3: results.status: expected text, got b'\\x07'; that record is left out"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -399,20 +399,22 @@ def gate(
     new = parse_result(body, str(new_path), kinds=COMPARABLE_KINDS)
     rec = record_of(new, body, new_path, GitInfo())
     check_allow(new, allow)
+    damaged: list[str] = []  # records a read left out: named with the skipped baselines
     try:
-        with opened(cfg) as store:
+        with opened(cfg, warn=damaged.append) as store:
             branch = branch or _branch_of(store, rec)
             inputs = gate_input(store, rec, last or cfg.history.gate_last, branch, new, allow)
     except StoreMissingError as exc:
         raise NotComparableError(f"nothing comparable in history: {exc.message}") from None
     comparison = judge(new, inputs, cfg.compare, str(new_path), progress, allow)
     result = to_result(comparison, cfg.to_dict())
+    skipped = [*damaged, *inputs.skipped]
     result.data["history"] = {
         "baselines": [e.id for e in inputs.baselines],
         "branch": branch,
-        "skipped": inputs.skipped,
+        "skipped": skipped,
     }
-    return GateRun(result, inputs.baselines, inputs.skipped, branch)
+    return GateRun(result, inputs.baselines, skipped, branch)
 
 
 def _branch_of(store: Store, rec: Record) -> str | None:
