@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from mlbaseline.redact import is_credential_name, redact_text, redact_tree, redact_url
@@ -65,3 +68,16 @@ def test_a_config_tree_is_redacted_and_left_alone_otherwise():
         "n": 1,
     }
     assert tree["history"]["store"] == "postgresql://u:S@h/db"  # a copy
+
+
+def test_redaction_lives_in_one_place():
+    """docs/ARCHITECTURE.md "The one redaction": no second masking of passwords in the package."""
+    package = Path(__file__).resolve().parents[1] / "mlbaseline"
+    found = [
+        f"{path.relative_to(package)}:{n}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "redact.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"hide_password|render_as_string", line)
+    ]
+    assert found == []
