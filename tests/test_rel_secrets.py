@@ -5,15 +5,19 @@ On a real PostgreSQL server: tests/test_history_pg.py (one server for the sessio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 from history_fakes import stamp, synthetic, write
 from typer.testing import CliRunner
 
 from mlbaseline.cli import app
+from mlbaseline.config import resolve
 from mlbaseline.measure.latency_services import HttpService
+from mlbaseline.runners.children import write_child_config
 
 runner = CliRunner()
 FAST = ["--set", "compare.n_resamples=500"]
@@ -106,6 +110,15 @@ def test_an_environment_url_is_written_redacted(tmp_path):
     blocking = json.loads(path.read_text())["environment"]["blocking"]
     assert blocking["workload.dataset_kwargs"]["url"].startswith("http://127.0.0.1:9/p?api_key=***")
     _nowhere(path.read_bytes())
+
+
+def test_a_child_config_file_holds_no_store_url(tmp_path):
+    cfg = resolve(None, None)
+    cfg = dataclasses.replace(cfg, history=dataclasses.replace(cfg.history, store=PG_REFUSED))
+    for changes_only in (False, True):
+        path = write_child_config(cfg, tmp_path, f"c{changes_only}.yaml", changes_only=changes_only)
+        assert "history" not in yaml.safe_load(path.read_text())
+        _nowhere(path.read_bytes())
 
 
 def test_the_http_service_records_its_url_without_the_token():

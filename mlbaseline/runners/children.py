@@ -62,6 +62,9 @@ def write_child_config(
         "telemetry": False,
         **throughput,
     }
+    # a child writes no file, so it records nothing (its parent does): the store's URL, and a
+    # password in it, stays out of a config file on disk
+    child.pop("history", None)
     path = directory / name
     # force: a rerun into the same scratch folder replaces its own earlier file
     return write_text(path, yaml.safe_dump(child, sort_keys=False), force=True)
