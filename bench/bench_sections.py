@@ -532,4 +532,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "replicates": __import__("bench_replicates").replicates,  # issue 24.1: fork vs fresh
     "verdicts": __import__("bench_verdicts").verdicts,  # issue 24: bench/bench_verdicts.py
     "power": __import__("bench_verdict_power").power,  # issue 24: simulated, docs/VERDICTS.md
+    "documents": __import__("bench_documents").documents,  # issue 25: validation's cost
 }

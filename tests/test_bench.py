@@ -24,8 +24,18 @@ def test_sections_cover_every_figure_the_issues_ask_for():
     required |= {"drift", "ab", "noise"}  # reproducible on a noisy machine
     required |= {"api"}  # real projects
     required |= {"history"}  # baseline history
+    required |= {"documents"}  # typed result documents (issue 25)
     assert required <= set(bench_sections.SECTIONS)
     assert all(callable(fn) for fn in bench_sections.SECTIONS.values())
+
+
+def test_documents_bench_arms_read_the_same_result():
+    """The bench section `documents` times two loaders of one file: they must agree."""
+    import documents_child
+
+    body = (ROOT / "tests" / "data" / "schema_1_0" / "throughput.json").read_bytes()
+    plain, validated = documents_child.plain(body), documents_child.validated(body, "t.json")
+    assert plain.to_dict() == validated.to_dict()
 
 
 def test_render_shows_a_missed_row_as_missed():

@@ -28,11 +28,13 @@ def _upgrade_1_0(doc: Doc) -> Doc:
 
 # minor-version upgraders: "1.x" -> function(doc) -> the doc of the next version
 UPGRADES: dict[str, Callable[[Doc], Doc]] = {"1.0": _upgrade_1_0}
+# the upgraders that change nothing but the version: the file's own bytes still validate
+RELABEL_ONLY = frozenset({"1.0"})
 
 
 def upgrade(doc: Any, where: str) -> tuple[Doc, bool]:
-    """(`doc` at the current version, whether an upgrader changed it). Not an object, no
-    version, or an unknown major: one line."""
+    """(`doc` at the current version, whether an upgrader changed its shape, more than the
+    version). Not an object, no version, or an unknown major: one line."""
     if not isinstance(doc, dict):
         raise ResultFileError(f"{where}: not an mlb result file (top level is not an object)")
     version = doc.get("schema_version")
@@ -43,11 +45,11 @@ def upgrade(doc: Any, where: str) -> tuple[Doc, bool]:
             f"{where}: schema version {version:.20} is not supported by this mlb "
             f"(reads {SCHEMA_MAJOR}.x)"
         )
-    upgraded = False
-    while doc["schema_version"] in UPGRADES:
-        doc = UPGRADES[doc["schema_version"]](doc)
-        upgraded = True
-    return doc, upgraded
+    reshaped = False
+    while (version := doc["schema_version"]) in UPGRADES:
+        doc = UPGRADES[version](doc)
+        reshaped = reshaped or version not in RELABEL_ONLY
+    return doc, reshaped
 
 
-__all__ = ["SCHEMA_VERSION", "UPGRADES", "upgrade"]
+__all__ = ["RELABEL_ONLY", "SCHEMA_VERSION", "UPGRADES", "upgrade"]
