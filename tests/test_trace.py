@@ -129,7 +129,7 @@ def _window(profiler_s: dict[str, float], mlb_s: dict[str, float], k: int = 5) -
 
 def _finish(window: TraceWindow) -> Result:
     result = Result(kind="throughput", config={})
-    result.data = {"batch_sizes": {"8": {"batch_size": 8, "train": {"n": 5}}}}
+    result.data = {"batch_sizes": {"8": {"batch_size": 8, "status": "ok", "train": {"n": 5}}}}
     session = TraceSession(5, 0.10, "cpu")
     session.windows[8] = window
     session.finish(result, 8, ("forward", "backward"))
