@@ -137,12 +137,29 @@ def _maybe_text(value: Any, where: str) -> str | None:
     return None if value is None else _text(value, where)
 
 
+_NUMBER = {int, float}
+_MAYBE_NUMBER = {int, float, type(None)}
+_MAYBE_TEXT = {str, type(None)}
+
+
 def summary_of_row(
     rid: int, name: Any, unit: Any, hib: Any, role: Any, grp: Any, *figures: Any
 ) -> MetricSummary:
     """A metric row of the store (`schema.metrics`' column order) as a MetricSummary, each
     column's type checked: a damaged row is a RecordError naming the record and the field."""
     med, low, high, n, reps, mde = figures
+    # one test of the types a sound row has (a listing reads 50,000+ rows), the field-by-field
+    # checks below only to name what is wrong
+    if (
+        type(name) is str is type(unit)
+        and type(n) is int is type(reps)
+        and type(med) in _NUMBER
+        and {type(low), type(high), type(mde)} <= _MAYBE_NUMBER
+        and {type(role), type(grp)} <= _MAYBE_TEXT
+        and hib in (0, 1)
+        and type(hib) in (bool, int)
+    ):
+        return MetricSummary(name, unit, bool(hib), float(med), low, high, n, reps, mde, role, grp)
     at = f"history #{rid}: metrics[{name!r}]"
     return MetricSummary(
         name=_text(name, f"history #{rid}: metrics.name"),
