@@ -241,7 +241,12 @@ def _results(spoil: Callable[[Path], None] | None = None, kind: str = "throughpu
 
     def setup(tmp: Path) -> None:
         throughput_result(tmp / "a.json")
-        throughput_result(tmp / "b.json", kind=kind)
+        if kind == "throughput":
+            throughput_result(tmp / "b.json")
+        else:  # a real result of that kind (its payload is typed): mlb wrote it at schema 1.0
+            (tmp / "b.json").write_bytes(
+                (ROOT / "tests/data/schema_1_0" / f"{kind}.json").read_bytes()
+            )
         if spoil is not None:
             spoil(tmp / "b.json")
 
@@ -279,8 +284,11 @@ SPOILERS: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated": (_truncate, "not valid JSON"),
     "not-json": (lambda p: p.write_text("<html>not json</html>\n"), "not valid JSON"),
     "future-schema": (_future, "schema version 2.0 is not supported"),
-    "nan-samples": (_nan, "measurements.train.bs8.step has non-numeric or NaN samples"),
-    "empty-samples": (_no_samples, "measurements.train.bs8.step has no samples"),
+    "nan-samples": (_nan, "measurements.train.bs8.step.values[1]: expected a finite number"),
+    "empty-samples": (
+        _no_samples,
+        "measurements.train.bs8.step.values: expected at least one value",
+    ),
 }
 
 
