@@ -119,10 +119,10 @@ class Metric(Strict):
     unit: str
     higher_is_better: bool
     values: list[Sample] = Field(min_length=1)
-    warmup: list[Sample] = []
+    warmup: list[Sample] | None = None  # null read as none, as the 1.0 loader did
     replicate: list[int] | None = None
     rank: list[int] | None = None
-    meta: MetricMeta = Field(default_factory=lambda: MetricMeta())
+    meta: MetricMeta | None = None
 
     @model_validator(mode="after")
     def _ids_match_values(self) -> Metric:
@@ -165,7 +165,7 @@ CheckValue = bool | int | FiniteFloat | str | None | list[FiniteFloat | int | st
 
 class Check(Strict):
     name: str
-    status: Literal["pass", "warn", "fail", "skip"]
+    status: Literal[CHECK_STATUSES]  # type: ignore[valid-type]
     value: CheckValue = None
     threshold: CheckValue = None
     message: str = ""
@@ -287,12 +287,10 @@ class Envelope(Strict):
     (`documents.model_for`)."""
 
     schema_version: str
-    kind: Literal[
-        "env-check", "throughput", "latency", "dataloader", "subset", "compare", "run", "ab"
-    ]
+    kind: Literal[KINDS]  # type: ignore[valid-type]
     tool: Tool | None = None  # always written; a hand-made document may leave it out
     created_at: str = ""
-    status: Literal["complete", "running", "interrupted", "failed"] = "complete"
+    status: Literal[STATUSES] = "complete"  # type: ignore[valid-type]
     # the resolved config (config.Config, a tree of frozen dataclasses: pydantic validates
     # them with this model's strict rules, unknown keys refused like in a YAML file)
     config: Config = Field(default_factory=Config)
