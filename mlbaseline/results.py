@@ -27,7 +27,24 @@ from mlbaseline.errors import ResultFileError
 from mlbaseline.redact import redact_tree
 from mlbaseline.safewrite import write_text
 
-__all__ = ["CHECK_STATUSES", "KINDS", "SCHEMA_VERSION", "STATUSES", "UPGRADES"]
+__all__ = [
+    "CHECK_STATUSES",
+    "KINDS",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "UPGRADES",
+    "Check",
+    "Metric",
+    "Result",
+    "Verdict",
+    "atomic_write_text",
+    "load_result",
+    "parse_result",
+    "read_result_bytes",
+    "result_from_dict",
+    "utc_now",
+    "write_result",
+]
 
 
 @dataclass
