@@ -386,3 +386,24 @@ def test_a_newer_minor_with_unknown_keys_is_refused(tmp_path):
     target = _throughput(tmp_path, lambda d: d.update(schema_version="1.9", provenance={}))
     with pytest.raises(ResultFileError, match=r"bad\.json: provenance: expected no such key"):
         load_result(target)
+
+
+@pytest.mark.parametrize(
+    ("depth", "message"),
+    [
+        pytest.param(400, "not valid JSON (recursion limit exceeded", id="nested-400"),
+        pytest.param(100_000, "not valid JSON (nested too deeply)", id="nested-100000"),
+    ],
+)
+def test_deep_nesting_in_a_free_form_field_is_one_line(tmp_path, depth, message):
+    """User keyword arguments nested beyond what a parser takes: one line, no RecursionError."""
+    deep = "[" * depth + "]" * depth
+    target = tmp_path / "deep.json"
+    target.write_text(
+        f'{{"schema_version": "{SCHEMA_VERSION}", "kind": "throughput", "tool": '
+        f'{{"name": "mlb", "version": "0"}}, "config": {{"workload": {{"model_kwargs": '
+        f'{{"deep": {deep}}}}}}}}}'
+    )
+    with pytest.raises(ResultFileError) as info:
+        load_result(target)
+    assert str(info.value).startswith(f"{target}: {message}"), str(info.value)

@@ -114,6 +114,9 @@ def validate(doc: dict[str, Any], where: str, body: bytes | None = None) -> None
     try:
         model_for(doc["kind"]).model_validate_json(body)
     except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":  # JSON that json.loads took: nested too deeply
+            raise ResultFileError(f"{where}: not valid JSON ({first['ctx']['error']})") from None
         raise ResultFileError(one_line(exc, where, doc)) from None
 
 
