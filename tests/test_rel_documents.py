@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -234,12 +234,7 @@ def _cli_case(kind: str) -> Any:
 def _cli_property(kind: str, examples: int) -> Any:
     doc, cases = _cli_case(kind)
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture],
-    )
+    @settings(max_examples=examples, deadline=None, derandomize=True)
     @given(case=cases)
     def check(tmp_path: Path, case: tuple[Path_, Any]) -> None:
         path, value = case
