@@ -27,8 +27,10 @@ from typer.testing import CliRunner
 from mlbaseline.cli import app
 from mlbaseline.documents import model_for
 from mlbaseline.documents.base import SCHEMA_VERSION
+from mlbaseline.documents.manifest import Manifest
 from mlbaseline.errors import ResultFileError
 from mlbaseline.results import load_result, parse_result
+from mlbaseline.subset.manifest import MANIFEST_NAME, load_manifest
 
 TESTS = Path(__file__).parent
 V1_0 = TESTS / "data" / "schema_1_0"
@@ -126,8 +128,10 @@ _SCHEMAS: dict[str, dict[str, Any]] = {}
 
 
 def _schema(kind: str) -> dict[str, Any]:
+    """The JSON schema of a result kind's model, or of the subset manifest's (`manifest`)."""
     if kind not in _SCHEMAS:
-        _SCHEMAS[kind] = model_for(kind).model_json_schema(mode="validation")
+        model = Manifest if kind == "manifest" else model_for(kind)
+        _SCHEMAS[kind] = model.model_json_schema(mode="validation")
     return _SCHEMAS[kind]
 
 
@@ -255,6 +259,42 @@ def test_cli_refuses_a_wrong_type_anywhere(kind, tmp_path_factory):
     """Hypothesis picks one path of the real document and a wrong-typed value: `mlb compare DOC
     DOC` and `mlb report DOC` exit 2 with one `Error:` line naming the file and the path."""
     _cli_property(kind, examples=12)(tmp_path=tmp_path_factory.mktemp(kind))
+
+
+# ---------------------------------------------------------------- the subset manifest
+
+
+def test_every_wrong_type_in_a_manifest_is_refused_at_its_path(tmp_path):
+    """The subset manifest (a real one, tests/data/schema_1_0) is read through its model too:
+    every node, one at a time, is refused with one line naming the file and the path."""
+    doc = json.loads((V1_0 / MANIFEST_NAME).read_text())
+    target = tmp_path / MANIFEST_NAME
+    for path in list(paths(doc)):
+        value = wrong_value("manifest", doc, path)
+        assert value is not ..., dotted(path)  # no free-form place in a manifest
+        target.write_text(json.dumps(corrupted(doc, path, value)))
+        with pytest.raises(ResultFileError) as info:
+            load_manifest(target)
+        message = str(info.value)
+        assert message.startswith(f"{target}: ") and "\n" not in message, message
+        fragment = "not an mlb subset manifest" if path == ("kind",) else None
+        fragment = "manifest version" if path == ("manifest_version",) else fragment
+        assert (fragment or dotted(path) + ":") in message, (path, message)
+
+
+def test_report_refuses_a_manifest_with_a_wrong_type(tmp_path):
+    """`mlb report` of a subset folder whose manifest has a wrong type: exit 2, one line."""
+    folder = tmp_path / "subset"
+    folder.mkdir()
+    (folder / "subset_result.json").write_bytes((V1_0 / "subset.json").read_bytes())
+    doc = json.loads((V1_0 / MANIFEST_NAME).read_text())
+    doc["entries"][0]["label"] = "0"
+    (folder / MANIFEST_NAME).write_text(json.dumps(doc))
+    res = runner.invoke(app, ["report", str(folder), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.stderr
+    expected = f"Error: {folder / MANIFEST_NAME}: entries[0].label: expected an integer, got '0'"
+    assert res.stderr.strip() == expected, res.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------- the issue's own cases

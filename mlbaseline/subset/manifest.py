@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mlbaseline import TOOL_NAME, __version__
+from mlbaseline.documents.manifest import validate_manifest
 from mlbaseline.errors import DatasetError, ResultFileError
 from mlbaseline.safewrite import write_text
 
@@ -150,9 +151,8 @@ def load_manifest(path: Path) -> Manifest:
             f"{path}: manifest version {doc.get('manifest_version')!r} is not supported "
             f"(reads {MANIFEST_VERSION})"
         )
-    entries_raw = doc.get("entries")
-    if not isinstance(entries_raw, list):
-        raise ResultFileError(f"{path}: entries is not a list")
+    validate_manifest(doc, str(path))  # every field's type (documents.manifest), one line
+    entries_raw = doc["entries"]
     try:
         return Manifest(
             strategy=str(doc["strategy"]),
