@@ -411,15 +411,16 @@ def test_opencv_decoder_without_opencv_is_a_clear_error() -> None:
 
 
 def _spy_mkdtemp(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Record the scratch folders the runner makes (through `mlbaseline.scratch`)."""
     made: list[Path] = []
-    real = dlrun.tempfile.mkdtemp
+    real = dlrun.scratch.make
 
-    def spy(*args: Any, **kwargs: Any) -> str:
+    def spy(*args: Any, **kwargs: Any) -> Path:
         path = real(*args, **kwargs)
         made.append(Path(path))
         return path
 
-    monkeypatch.setattr(dlrun.tempfile, "mkdtemp", spy)
+    monkeypatch.setattr(dlrun.scratch, "make", spy)
     return made
 
 
