@@ -42,4 +42,4 @@ clean:
 	rm -rf mlb-results .pytest_cache
 
 docs: install
-	$(PY) scripts/update_readme.py
+	$(PY) scripts/update_docs.py

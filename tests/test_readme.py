@@ -1,21 +1,33 @@
-"""The README is part of the interface: a missing command or config field fails the build."""
+"""The documentation is part of the interface.
+
+docs/REFERENCE.md is the reference: a missing command, config field or exit code fails the build,
+and its generated tables must be current. README.md is the quick start: short, with the commands
+a new user types first, every `mlb` command line in it accepted by the CLI's parser, and no
+timing that `make bench` does not measure.
+"""
 
 import importlib.util
+import re
+import shlex
 from pathlib import Path
 
+import pytest
 import typer.main
 
 from mlbaseline.cli import app
 from mlbaseline.config import iter_fields
+from mlbaseline.errors import EXIT_CODE_TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README_PATH = ROOT / "README.md"
+REFERENCE_PATH = ROOT / "docs" / "REFERENCE.md"
+README = README_PATH.read_text(encoding="utf-8")
+REFERENCE = REFERENCE_PATH.read_text(encoding="utf-8")
+README_MAX_LINES = 300
 
 
 def _load_updater():
-    spec = importlib.util.spec_from_file_location(
-        "update_readme", ROOT / "scripts/update_readme.py"
-    )
+    spec = importlib.util.spec_from_file_location("update_docs", ROOT / "scripts/update_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -26,22 +38,125 @@ def command_names() -> list[str]:
     return sorted(group.commands)  # type: ignore[attr-defined]
 
 
+# ------------------------------------------------------------------ docs/REFERENCE.md
+
+
 def test_generated_blocks_are_current():
-    assert _load_updater().render(README) == README, "README is stale: run `make docs`"
+    assert _load_updater().render(REFERENCE) == REFERENCE, "stale: run `make docs`"
 
 
 def test_every_config_field_is_documented():
-    missing = [name for name, *_ in iter_fields() if f"`{name}`" not in README]
+    missing = [name for name, *_ in iter_fields() if f"`{name}`" not in REFERENCE]
     assert not missing
 
 
 def test_every_command_has_a_section_with_an_example():
     for name in command_names():
         heading = f"### `mlb {name}`"
-        assert heading in README, f"README has no section for mlb {name}"
-        section = README.split(heading, 1)[1].split("\n### ", 1)[0]
+        assert heading in REFERENCE, f"docs/REFERENCE.md has no section for mlb {name}"
+        section = REFERENCE.split(heading, 1)[1].split("\n### ", 1)[0]
         assert f"mlb {name}" in section.split("```", 2)[1], f"no example for mlb {name}"
 
 
-def test_two_fresh_machine_commands():
-    assert "make demo" in README and "make test" in README
+def test_every_history_subcommand_has_an_example():
+    history = typer.main.get_command(app).commands["history"]  # type: ignore[attr-defined]
+    section = REFERENCE.split("### `mlb history`", 1)[1].split("\n### ", 1)[0]
+    missing = [sub for sub in history.commands if f"mlb history {sub} " not in section]
+    assert not missing, f"no example for mlb history {missing}"
+
+
+def test_every_exit_code_is_documented():
+    missing = [int(code) for code, _ in EXIT_CODE_TABLE if f"| {int(code)} |" not in REFERENCE]
+    assert not missing
+
+
+def test_updater_refuses_a_file_without_its_blocks():
+    with pytest.raises(SystemExit, match="has no config-reference block"):
+        _load_updater().render("# a reference without its generated tables\n")
+
+
+# ------------------------------------------------------------------ README.md: the quick start
+
+
+def test_readme_is_a_quick_start():
+    lines = README.count("\n") + 1
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the reference is docs/"
+    for needed in ("make demo", "make test", "mlb throughput", "mlb compare", "mlb ab"):
+        assert needed in README, f"the quick start lacks `{needed}`"
+    assert "mlb history" in README and "from mlbaseline.api import Baseline" in README
+    assert "(docs/REFERENCE.md)" in README, "no link to the reference"
+
+
+def test_readme_links_every_doc():
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{doc.name})" in README, f"README does not link docs/{doc.name}"
+
+
+@pytest.mark.parametrize("path", [README_PATH, REFERENCE_PATH], ids=lambda p: p.name)
+def test_relative_links_resolve(path: Path):
+    text = path.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    broken = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
+    assert not broken, f"{path.name}: links to missing files {broken}"
+
+
+# A stated duration: "21 s", "2 min", "about 80 s", "3 minutes", "30 seconds".
+_DURATION = re.compile(r"\b\d[\d.,]*\s?(?:s|ms|µs|min|minutes?|seconds?|h|hours?)\b")
+# The intro's motivating example ("from 3 h to 11 h", "from 47 ms to 210 ms") is not a
+# measurement of mlb; every other duration must point at the bench table that measured it.
+_NOT_A_MEASUREMENT = ("3 h to 11 h", "47 ms to 210 ms")
+
+
+def test_readme_states_no_unmeasured_timing():
+    unbacked = [
+        line
+        for line in README.splitlines()
+        if _DURATION.search(line)
+        and not any(phrase in line for phrase in _NOT_A_MEASUREMENT)
+        and "bench/RESULTS.md" not in line
+    ]
+    assert not unbacked, f"timings without a `make bench` row: {unbacked}"
+
+
+def _shell_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL)
+
+
+def _mlb_command_lines(text: str) -> list[list[str]]:
+    """Every `mlb …` line of the ```sh blocks, continuations joined, comments dropped."""
+    commands = []
+    for block in _shell_blocks(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["mlb"]:
+                commands.append(words[1:])
+    return commands
+
+
+def _parse(args: list[str]) -> None:
+    """Resolve the (sub)command and parse its options as the CLI would, without running it.
+
+    typer vendors click privately (typer._click), so groups are told by their `commands` and
+    any exception from the parser is a command line the CLI would refuse.
+    """
+    command = typer.main.get_command(app)
+    name = "mlb"
+    while hasattr(command, "commands"):
+        name, args = args[0], args[1:]
+        command = command.commands[name]
+    command.make_context(name, list(args))
+
+
+def test_readme_commands_parse():
+    commands = _mlb_command_lines(README)
+    assert len(commands) >= 10, "the quick start shows the commands it describes"
+    for args in commands:
+        try:
+            _parse(args)
+        except Exception as exc:  # the parser's usage errors, or KeyError: no such command
+            pytest.fail(f"`mlb {' '.join(args)}` is not a valid command line: {exc}")
+
+
+def test_command_check_catches_a_wrong_option():
+    with pytest.raises(Exception, match="no-such-option"):
+        _parse(shlex.split("compare a.json b.json --no-such-option"))
