@@ -1,5 +1,5 @@
 """A user's own workload, plugged into `mlb` by import path (see examples/my_model.yaml and the
-README section "Measuring your own model"). Nothing here imports mlbaseline.
+section "Measuring your own model" of docs/REFERENCE.md). Nothing here imports mlbaseline.
 
 - `SmallNet(num_classes, image_size, width)`: mlb passes `num_classes` and `image_size` from
   the workload because the signature names them; `width` comes from `model_kwargs`.

@@ -1,6 +1,6 @@
 """Multi-node (docs/RELIABILITY.md 5.4): two torchrun "nodes" (two torchrun invocations
-rendezvousing on 127.0.0.1, gloo, CPU) started in ONE folder, as the README shows: only rank 0
-writes, and a rank that fails ends the run on every node within a bounded time."""
+rendezvousing on 127.0.0.1, gloo, CPU) started in ONE folder, as docs/REFERENCE.md shows: only
+rank 0 writes, and a rank that fails ends the run on every node within a bounded time."""
 
 from __future__ import annotations
 
