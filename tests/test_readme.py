@@ -160,3 +160,26 @@ def test_readme_commands_parse():
 def test_command_check_catches_a_wrong_option():
     with pytest.raises(Exception, match="no-such-option"):
         _parse(shlex.split("compare a.json b.json --no-such-option"))
+
+
+def _commands(command, path: tuple[str, ...] = ()):
+    """(path, command) of every leaf command: ("run",), ("history", "list"), …"""
+    if hasattr(command, "commands"):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield path, command
+
+
+def test_every_option_is_documented():
+    """Each long option is in its command's section (a history subcommand's: the history
+    section) or among the shared options written once before the first command section."""
+    shared = REFERENCE.split("## Commands\n", 1)[1].split("\n### ", 1)[0]
+    missing = []
+    for path, command in _commands(typer.main.get_command(app)):
+        section = REFERENCE.split(f"### `mlb {path[0]}`", 1)[1].split("\n### ", 1)[0]
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--") and opt not in section and opt not in shared:
+                    missing.append(f"mlb {' '.join(path)} {opt}")
+    assert not missing, f"docs/REFERENCE.md does not document {missing}"
