@@ -100,11 +100,17 @@ def test_relative_links_resolve(path: Path):
     assert not broken, f"{path.name}: links to missing files {broken}"
 
 
-# A stated duration: "21 s", "2 min", "about 80 s", "3 minutes", "30 seconds".
-_DURATION = re.compile(r"\b\d[\d.,]*\s?(?:s|ms|µs|min|minutes?|seconds?|h|hours?)\b")
+# A stated duration: "21 s", "2 min", "about 80 s", "3 minutes", "30 seconds", "a 5-minute tour".
+_DURATION = re.compile(r"\b\d[\d.,]*[\s-]?(?:s|ms|µs|min|minutes?|seconds?|h|hours?)\b")
 # The intro's motivating example ("from 3 h to 11 h", "from 47 ms to 210 ms") is not a
 # measurement of mlb; every other duration must point at the bench table that measured it.
 _NOT_A_MEASUREMENT = ("3 h to 11 h", "47 ms to 210 ms")
+
+
+def test_duration_pattern_finds_timings():
+    for stated in ("takes about 21 s", "a 5-minute tour", "2 min 42 s"):
+        assert _DURATION.search(stated), stated
+    assert not _DURATION.search("batch sizes 16 and 32 (5 vs 5 processes), 3% threshold")
 
 
 def test_readme_states_no_unmeasured_timing():
