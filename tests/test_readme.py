@@ -189,3 +189,25 @@ def test_every_option_is_documented():
                 if opt.startswith("--") and opt not in section and opt not in shared:
                     missing.append(f"mlb {' '.join(path)} {opt}")
     assert not missing, f"docs/REFERENCE.md does not document {missing}"
+
+
+# A repository path written in the text (`examples/own_loop.py`, docs/VERDICTS.md, …); bench/out/
+# is make bench's output folder, named with placeholders (RESULTS-<sections>.md).
+_REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:examples|docs|configs|bench|scripts|tests|mlbaseline)/[\w./-]*\w)"
+)
+
+
+@pytest.mark.parametrize("path", [README_PATH, REFERENCE_PATH], ids=lambda p: p.name)
+def test_named_repository_paths_exist(path: Path):
+    named = set(_REPO_PATH.findall(path.read_text(encoding="utf-8")))
+    missing = sorted(p for p in named if not p.startswith("bench/out/") and not (ROOT / p).exists())
+    assert not missing, f"{path.name} names files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("path", [README_PATH, REFERENCE_PATH], ids=lambda p: p.name)
+def test_python_examples_compile(path: Path):
+    blocks = re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    assert blocks
+    for i, block in enumerate(blocks):
+        compile(block, f"{path.name} python block {i}", "exec")  # a SyntaxError fails the test
