@@ -7,6 +7,7 @@ timing that `make bench` does not measure.
 """
 
 import importlib.util
+import os
 import re
 import shlex
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import typer.main
 
 from mlbaseline.cli import app
-from mlbaseline.config import iter_fields
+from mlbaseline.config import iter_fields, resolve
 from mlbaseline.errors import EXIT_CODE_TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,8 +104,9 @@ def test_relative_links_resolve(path: Path):
 # A stated duration: "21 s", "2 min", "about 80 s", "3 minutes", "30 seconds", "a 5-minute tour".
 _DURATION = re.compile(r"\b\d[\d.,]*[\s-]?(?:s|ms|µs|min|minutes?|seconds?|h|hours?)\b")
 # The intro's motivating example ("from 3 h to 11 h", "from 47 ms to 210 ms") is not a
-# measurement of mlb; every other duration must point at the bench table that measured it.
-_NOT_A_MEASUREMENT = ("3 h to 11 h", "47 ms to 210 ms")
+# measurement of mlb, nor is a setting's value; every other duration must point at the bench
+# table that measured it.
+_NOT_A_MEASUREMENT = ("3 h to 11 h", "47 ms to 210 ms", "telemetry interval 100 ms")
 
 
 def test_duration_pattern_finds_timings():
@@ -211,3 +213,12 @@ def test_python_examples_compile(path: Path):
     assert blocks
     for i, block in enumerate(blocks):
         compile(block, f"{path.name} python block {i}", "exec")  # a SyntaxError fails the test
+
+
+def test_readme_yaml_example_is_a_valid_config(tmp_path: Path):
+    (block,) = re.findall(r"```yaml\n(.*?)```", README, flags=re.DOTALL)
+    config_file = tmp_path / "mlb.yaml"
+    config_file.write_text(block, encoding="utf-8")
+    cfg = resolve(config_file)  # raises ConfigError on an unknown key or a bad value
+    assert cfg.workload.model == "mypkg.models:build_net"
+    assert os.fspath(cfg.workload.data_dir).endswith("baseline_subset")
