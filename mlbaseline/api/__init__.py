@@ -15,8 +15,11 @@ The same stage timers (CPU clock or CUDA events), the same `StepLoop` (warm-up a
 the same telemetry sampler, metric names (`train.bs{B}.*`), checks and result file as
 `mlb throughput`; under torch.distributed, rank 0's decisions for every rank and one result
 pooled over the ranks. `mlbaseline.api.lightning` has a PyTorch Lightning callback on top.
+A script runs in one process: `pool_results` pools several runs' files into one result with
+fresh-process replicates (what `--repeats` does for `mlb throughput`), so a compare can judge.
 """
 
 from mlbaseline.api.baseline import Baseline
+from mlbaseline.api.pool import pool_results
 
-__all__ = ["Baseline"]
+__all__ = ["Baseline", "pool_results"]

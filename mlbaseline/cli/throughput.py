@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
+from mlbaseline import formatting as fmt
 from mlbaseline.cli.common import (
     CommonOptions,
     OptFloat,
@@ -206,6 +207,50 @@ def compile_lines(result: Result) -> list[str]:
     ]
 
 
+# a stage's share of the step from which the summary names it, with what to do about it
+SHARE_LINE = 0.20
+_SHARE_ADVICE = {
+    "data_wait": "the loop waits for its input; more loader workers (throughput.num_workers, "
+    "now {workers}) or a faster dataset shorten it, and `mlb dataloader` finds the fastest "
+    "loader settings",
+    "h2d": "host-to-device copies; pinned memory with non-blocking copies, or smaller inputs "
+    "(preprocess on the device), shorten it",
+    "forward": "the model's own compute; workload.amp, workload.compile or a larger batch "
+    "shorten it",
+    "loss": "the loss function; fuse or simplify it, or compute it under workload.amp",
+    "backward": "the model's own compute; workload.amp, workload.compile or a larger batch "
+    "shorten it",
+    "grad_sync": "the gradient all-reduce; a larger batch per process or fewer processes "
+    "(--nproc) spend less of the step on it",
+    "optimizer": "the optimizer step; a fused or foreach optimizer shortens it",
+    "residual": "time outside the timed stages (Python overhead, logging, synchronisation)",
+}
+
+
+def share_lines(result: Result) -> list[str]:
+    """Per training part: its largest share of the step (a stage or the residual) when it is
+    at least SHARE_LINE, with what to do; an input-bound loop is the case this is for."""
+    workers = result.config.get("throughput", {}).get("num_workers", "-")
+    out = []
+    for key, part, info in _parts(result):
+        if not part.startswith("train") or not info.stage_share:
+            continue
+        shares = {s: v for s, v in info.stage_share.items() if v is not None}
+        if info.residual_share is not None:
+            shares["residual"] = info.residual_share
+        if not shares:
+            continue
+        stage, share = max(shares.items(), key=lambda kv: kv[1])
+        if share < SHARE_LINE:
+            continue
+        name = stage.replace("_", " ")
+        advice = _SHARE_ADVICE.get(stage, "the largest part of the step").format(workers=workers)
+        out.append(
+            f"bs{key} {PART_LABEL[part]}: {name} is {fmt.percent(share)} of the step: {advice}"
+        )
+    return out
+
+
 def replicate_lines(result: Result) -> list[str]:
     """How many fresh processes `repeats: auto` took and why it stopped (or why it ran one)."""
     data = throughput_data(result)
@@ -216,6 +261,8 @@ def replicate_lines(result: Result) -> list[str]:
 
 def print_summary(ui: Ui, result: Result) -> None:
     ui.print(summary_table(result))
+    for line in share_lines(result):  # what dominates the step, not only in the report
+        ui.print(escape(line))
     for line in replicate_lines(result) + noise_lines(result) + compile_lines(result):
         ui.print(f"[dim]{escape(line)}[/dim]")
     trace = trace_table(result)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from mlbaseline import stats
+from mlbaseline.comparison.advice import sides_advice, source_of
 from mlbaseline.comparison.attribution import attribute_all
 from mlbaseline.comparison.drift import (
     METHOD as DRIFT_METHOD,
@@ -118,15 +119,19 @@ def compare_results(
     shift = control_shift(old, new, cfg, seed)
     judged_new = adjusted(new, shift.ratio, controls) if shift and shift.applied else new
     pairs, judged = _pairs(comp, old, judged_new, common, cfg)
+    # --repeats is advised only to a side measured by a command that has it (comparison.advice)
+    advice = sides_advice((source_of(old), source_of(new)), _repeats_needed(cfg),
+                          (old_label, new_label))  # fmt: skip
     with progress.task("comparing metrics", total=len(common)) as task:
-        comp.metrics = _judge(judged, old, judged_new, cfg, seed, bool(blocking))
+        comp.metrics = _judge(judged, old, judged_new, cfg, seed, bool(blocking), advice)
         if judged_new is not new:
             _, raw = _pairs(comp, old, new, common, cfg, record=False)
-            comp.metrics = _with_raw(comp.metrics, _judge(raw, old, new, cfg, seed, False))
+            raw_rows = _judge(raw, old, new, cfg, seed, False, advice)
+            comp.metrics = _with_raw(comp.metrics, raw_rows)
         task.advance(len(common))
     comp.metrics, comp.drift = _drift(comp.metrics, shift, cfg)
     comp.attribution = attribute_all(old, judged_new, pairs, comp.metrics, cfg, seed)
-    comp.warnings = _warnings(comp, old, new, judged, cfg)
+    comp.warnings = _warnings(comp, old, new, judged, cfg, advice)
     return comp
 
 
@@ -213,10 +218,12 @@ def _judge(
     cfg: CompareConfig,
     seed: int,
     mismatch: bool,
+    advice: str,
 ) -> list[MetricResult]:
     """Judge every metric on its process figures (stats.compare_samples: the t-test on logs,
     gatekeeping from the step to its stages); the threshold is max(configured floor,
-    between-sitting bar). One process a side: insufficient data (see :mod:`.noise`)."""
+    between-sitting bar). One process a side: insufficient data (see :mod:`.noise`), with
+    `advice` (how these results' sources measure more processes)."""
     if not judged:
         return []
     levels = {
@@ -250,27 +257,24 @@ def _judge(
         out.append(
             MetricResult(
                 row, new.measurements[row.metric].unit, pair.basis, dict(metas[row.metric]),
-                mismatch, level.to_dict(cfg.confidence), _reason(row, gate_of, cfg), row.mde,
+                mismatch, level.to_dict(cfg.confidence), _reason(row, gate_of, advice), row.mde,
             )
         )  # fmt: skip
     return out
 
 
 def _repeats_needed(cfg: CompareConfig) -> int:
-    """The --repeats to advise for one process a side: the fewest a comparison can judge."""
+    """The processes a side to advise for one process a side: the fewest a comparison can
+    judge (worded for each side's source by `comparison.advice`)."""
     return max(cfg.min_replicates, stats.decision.min_decidable())
 
 
 def _reason(
-    row: stats.MetricComparison, gate_of: Mapping[str, str | None], cfg: CompareConfig
+    row: stats.MetricComparison, gate_of: Mapping[str, str | None], advice: str
 ) -> str | None:
     """Why a metric has no verdict of its own: one process a side, or its total did not move."""
     if row.verdict == stats.INSUFFICIENT:
-        need = _repeats_needed(cfg)
-        return (
-            "one process a side: nothing measured the noise between processes "
-            f"(measure with --repeats {need} or more)"
-        )
+        return f"one process a side: nothing measured the noise between processes ({advice})"
     if row.gated:
         return f"not tested: {gate_of.get(row.metric)} did not move (the step is judged first)"
     ci = (row.ratio, row.ci_low, row.ci_high)
@@ -283,7 +287,12 @@ def _reason(
 
 
 def _warnings(
-    comp: Comparison, old: Result, new: Result, judged: Mapping[str, Pair], cfg: CompareConfig
+    comp: Comparison,
+    old: Result,
+    new: Result,
+    judged: Mapping[str, Pair],
+    cfg: CompareConfig,
+    advice: str,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if comp.same_input:
@@ -308,7 +317,7 @@ def _warnings(
             msg = f"{label} is marked {result.status}" + (f" ({note})" if note else "")
             out.append({"code": "incomplete_input", "message": msg})
     out += _drift_warnings(comp, old, new)
-    out += _insufficient_warning(comp, judged, cfg)
+    out += _insufficient_warning(comp, judged, cfg, advice)
     if comp.only_old or comp.only_new:
         out.append(
             {
@@ -347,7 +356,7 @@ def _drift_warnings(comp: Comparison, old: Result, new: Result) -> list[dict[str
 
 
 def _insufficient_warning(
-    comp: Comparison, judged: Mapping[str, Pair], cfg: CompareConfig
+    comp: Comparison, judged: Mapping[str, Pair], cfg: CompareConfig, advice: str
 ) -> list[dict[str, Any]]:
     """One process a side: the figures are shown, no verdict is possible (never a silent pass)."""
     names = [n for n, p in judged.items() if p.basis == "samples"]
@@ -359,7 +368,7 @@ def _insufficient_warning(
             "code": "insufficient_data",
             "message": f"{len(names)} of {len(judged)} metrics have one process a side: nothing "
             "measured the noise between processes, so they get no verdict (insufficient data; "
-            f"--fail-on any fails on it); measure with --repeats {need} or more",
+            f"--fail-on any fails on it); {advice}",
             "metrics": names,
             "repeats": need,
         }
