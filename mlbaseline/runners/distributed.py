@@ -50,6 +50,7 @@ from mlbaseline.measure.pooling import group_summary, pool_metrics
 from mlbaseline.measure.step import DIST_STAGES, TRAIN_STAGES, is_oom, short_error
 from mlbaseline.results import Metric
 from mlbaseline.runners.sweep import SweepState, train_one_size
+from mlbaseline.runners.throughput_records import SizeRecord
 from mlbaseline.runners.torchrun import RankFailedError as RankFailedError
 from mlbaseline.runners.torchrun import TorchrunEnv as TorchrunEnv
 from mlbaseline.runners.torchrun import Watchdog
@@ -366,20 +367,21 @@ def _read_payloads(out: Path, world: int) -> list[dict[str, Any]]:
 
 
 def train_distributed(run: SweepState) -> None:
-    """Measure every batch size with `nproc` processes; pool the ranks into `run.result`.
+    """Measure every batch size with `nproc` processes; pool the ranks into `run.records`.
     Raises KeyboardInterrupt after recording what was measured if Ctrl-C stopped it."""
-    cfg, result = run.cfg, run.result
+    cfg, records = run.cfg, run.records
     world = cfg.throughput.nproc
     remaining = list(cfg.throughput.batch_sizes)
-    record_layout(result, 1, world, [socket.gethostname()] * world)
-    result.data["distributed"] = {
+    record_layout(records.facts, 1, world, [socket.gethostname()] * world)
+    launches: list[dict[str, Any]] = []
+    records.blocks["distributed"] = {
         "launcher": "torch.distributed.launcher.api.elastic_launch",
         "backend": "nccl" if run.device.startswith("cuda") else "gloo",
         "world_size": world,
         "sync_modes": list(SYNC_MODES[cfg.throughput.sync_mode]),
         "decisions": "rank 0's warm-up and stop decisions, broadcast each step",
         "busbw_factor": "2(n-1)/n",
-        "launches": [],
+        "launches": launches,
     }
     with (
         scratch.folder("dist") as tmp,
@@ -393,7 +395,7 @@ def train_distributed(run: SweepState) -> None:
                 error, interrupted = _launch(cfg, run.device, remaining, out)
             payloads = _read_payloads(out, world)
             done = _pool(run, payloads, world)
-            result.data["distributed"]["launches"].append(
+            launches.append(
                 {
                     "sizes": remaining,
                     "error": error,
@@ -409,7 +411,7 @@ def train_distributed(run: SweepState) -> None:
             if failed is None:
                 return
             if not any(
-                run.entry(failed).get(PART[m]) for m in SYNC_MODES[cfg.throughput.sync_mode]
+                run.size(failed).parts.get(PART[m]) for m in SYNC_MODES[cfg.throughput.sync_mode]
             ):
                 run.failed(failed, "train", RuntimeError(error))
             remaining = remaining[remaining.index(failed) + 1 :]
@@ -448,38 +450,38 @@ def _pool(run: SweepState, payloads: list[dict[str, Any]], world: int) -> set[in
             [(rank, {m["name"]: Metric(**m) for m in r["metrics"]}) for rank, r in recs], "rank"
         )
         for m in metrics.values():
-            run.result.add_metric(m)
+            run.records.add_metric(m)
         info0 = next(r for rank, r in recs if rank == 0)["info"]
         prefix = f"train.bs{batch_size}{PARALLEL[mode].suffix}"
-        entry = run.entry(batch_size)
-        entry[PART[mode]] = {
-            **group_summary(run.result.measurements, prefix),
+        size = run.size(batch_size)
+        size.parts[PART[mode]] = {
+            **group_summary(run.records.metrics, prefix),
             **info0,
             "peak_memory_bytes": max(r["info"]["peak_memory_bytes"] for _, r in recs),
             "peak_memory_bytes_per_rank": {str(k): r["info"]["peak_memory_bytes"] for k, r in recs},
             "ranks": sorted(k for k, _ in recs),
         }
-        busbw = run.result.measurements.get(f"{prefix}.allreduce_busbw")
+        busbw = run.records.metrics.get(f"{prefix}.allreduce_busbw")
         if busbw is not None and busbw.values:
             from mlbaseline import stats
 
-            entry[PART[mode]]["allreduce_busbw_Bps"] = stats.summarize(busbw.values).median
-        if mode == "allreduce" or "stop_reason" not in entry:
-            entry["stop_reason"] = info0["stop_reason"]
+            size.parts[PART[mode]]["allreduce_busbw_Bps"] = stats.summarize(busbw.values).median
+        if mode == "allreduce" or size.stop_reason is None:
+            size.stop_reason = info0["stop_reason"]
         if info0["stop_reason"] == "interrupted":
-            entry["status"] = "interrupted"
+            size.status = "interrupted"
         complete[batch_size] = complete.get(batch_size, 0) + 1
-        _overlap(entry)
+        _overlap(size)
     return {b for b, n in complete.items() if n == len(modes)}
 
 
-def _overlap(entry: dict[str, Any]) -> None:
+def _overlap(size: SizeRecord) -> None:
     """DDP's overlapped step next to the explicit all-reduce step."""
-    a, d = entry.get("train"), entry.get("train_ddp")
+    a, d = size.parts.get("train"), size.parts.get("train_ddp")
     if not (isinstance(a, dict) and isinstance(d, dict) and a.get("n") and d.get("n")):
         return
     sa, sd = a["time_s"]["median"], d["time_s"]["median"]
-    entry["ddp_overlap"] = {
+    size.ddp_overlap = {
         "allreduce_step_s": sa,
         "ddp_step_s": sd,
         "ddp_over_allreduce": sd / sa if sa else None,
@@ -504,7 +506,7 @@ def _handle_stop_signals(flag: dict[str, bool]) -> dict[int, Any]:
 
 def train_torchrun(run: SweepState, launch: TorchrunEnv) -> bool:
     """Measure every batch size as one rank of an external torchrun; rank 0 pools every rank
-    of every node into `run.result`. Returns whether this process is rank 0 (only rank 0 goes
+    of every node into `run.records`. Returns whether this process is rank 0 (only rank 0 goes
     on to inference and writes the result). Raises KeyboardInterrupt on rank 0 after pooling
     if Ctrl-C stopped it; RankFailedError on another rank that failed."""
     import torch.distributed as dist
@@ -569,10 +571,11 @@ def _describe_torchrun(
 ) -> None:
     world = launch.world_size
     hostnames = [r["hostname"] for r in ranks]
-    record_layout(run.result, launch.nnodes, launch.local_world_size, hostnames)
-    run.result.data.update(nproc=world, stages=list(DIST_STAGES))
+    facts = run.records.facts
+    record_layout(facts, launch.nnodes, launch.local_world_size, hostnames)
+    facts.nproc, facts.stages = world, list(DIST_STAGES)
     keys = ("rank", "group_rank", "local_rank", "hostname", "pid", "device", "threads")
-    run.result.data["distributed"] = {
+    run.records.blocks["distributed"] = {
         "launcher": "torchrun (external)",
         "run_id": launch.run_id,
         "backend": backend,
@@ -595,22 +598,22 @@ def _stopped_by(run: SweepState, error: str) -> None:
     modes = SYNC_MODES[run.cfg.throughput.sync_mode]
 
     def pooled(b: int) -> bool:
-        entry = run.entries.get(str(b), {})
-        parts = [entry.get(PART[m]) for m in modes]
+        size = run.records.sizes.get(str(b))
+        parts = [size.parts.get(PART[m]) if size is not None else None for m in modes]
         return all(isinstance(p, dict) and p.get("status") is None for p in parts)
 
     at = next((b for b in sizes if not pooled(b)), None)
     if at is None:
         return
-    if not any(isinstance(run.entry(at).get(PART[m]), dict) for m in modes):
+    if not any(isinstance(run.size(at).parts.get(PART[m]), dict) for m in modes):
         run.failed(at, "train", RuntimeError(error))
     rest = sizes[sizes.index(at) + 1 :]
     for b in rest:  # recorded as not measured, not left looking like a size that went well
         run.failed(b, "train", RuntimeError(f"not measured: the run stopped at batch size {at}"))
     # failed, and so exit 1: rank 0's torchrun agent then skips its exit barrier (300 s), where
     # it would wait for the node that left
-    run.result.mark("failed", f"torchrun: the run stopped at batch size {at} ({error})")
-    run.result.warn(
+    run.records.fault("failed", f"torchrun: the run stopped at batch size {at} ({error})")
+    run.records.note(
         "torchrun_stopped",
         f"torchrun: the run stopped at batch size {at} ({error}); not measured after it: "
         f"{', '.join(map(str, rest)) or 'none'} (a failed rank ends a torchrun run on every "

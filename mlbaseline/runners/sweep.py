@@ -1,12 +1,13 @@
 """One batch size, measured in one process: the workload built fresh (`train_one_size`,
 `infer_one_size`), and the state one throughput sweep accumulates (`SweepState`), shared by the
-local sweep (`runners.throughput`) and the multi-process one (`runners.distributed`)."""
+local sweep (`runners.throughput`) and the multi-process one (`runners.distributed`): they
+append to its records (`runners.throughput_records`), never to a result."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +36,8 @@ from mlbaseline.measure.step import (
 )
 from mlbaseline.measure.timers import make_timer
 from mlbaseline.progress import Progress
-from mlbaseline.results import Metric, Result
+from mlbaseline.results import Metric
+from mlbaseline.runners.throughput_records import Records, SizeRecord
 from mlbaseline.workloads.factory import (
     DataSpec,
     build_loss,
@@ -332,35 +334,33 @@ def infer_one_size(
 
 @dataclass
 class SweepState:
-    """Everything one `run_throughput` call accumulates (local and multi-process alike)."""
+    """One `run_throughput` call while it measures (local and multi-process alike): what it
+    measures with, and the records it appends to (`records`; the result is built from them
+    once, at the end: `runners.throughput.assemble`)."""
 
     cfg: Config
     device: str
-    result: Result
+    records: Records
     spec: DataSpec
     progress: Progress
     clock: Clock
-    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     trace: Any = None  # measure.trace.TraceSession under --trace
 
-    def entry(self, batch_size: int) -> dict[str, Any]:
-        key = str(batch_size)
-        if key not in self.entries:
-            self.entries[key] = {"batch_size": batch_size, "status": "ok"}
-            self.result.data["batch_sizes"][key] = self.entries[key]
-        return self.entries[key]
+    def size(self, batch_size: int) -> SizeRecord:
+        return self.records.size(batch_size)
 
     def failed(self, batch_size: int, part: str, exc: BaseException) -> None:
         oom = is_oom(exc)
         status = "oom" if oom else "error"
         msg = short_error(exc)
-        entry = self.entry(batch_size)
-        entry[part] = {"status": status, "error": msg}
-        if entry["status"] == "ok":
-            entry["status"] = status
-        entry.setdefault("stop_reason", status)
+        size = self.size(batch_size)
+        size.parts[part] = {"status": status, "error": msg}
+        if size.status == "ok":
+            size.status = status
+        if size.stop_reason is None:
+            size.stop_reason = status
         what = "out of memory" if oom else "failed"
-        self.result.warn(
+        self.records.note(
             "oom" if oom else "batch_size_failed",
             f"batch size {batch_size} ({part}): {what} — {msg}; recorded, the sweep goes on",
             batch_size=batch_size,
@@ -369,21 +369,25 @@ class SweepState:
 
     def add_train(self, run: TrainRun) -> None:
         for m in run.metrics():
-            self.result.add_metric(m)
-        entry = self.entry(run.batch_size)
+            self.records.add_metric(m)
+        size = self.size(run.batch_size)
         key = "train" if not run.prefix.endswith(".ddp") else "train_ddp"
-        entry[key] = {**group_summary(self.result.measurements, run.prefix), **run.info()}
-        if key == "train" or "stop_reason" not in entry:
-            entry["stop_reason"] = run.loop.stop_reason
+        size.parts[key] = {**group_summary(self.records.metrics, run.prefix), **run.info()}
+        if key == "train" or size.stop_reason is None:
+            size.stop_reason = run.loop.stop_reason
         if run.loop.stop_reason == "interrupted":
-            entry["status"] = "interrupted"
+            size.status = "interrupted"
 
     def add_infer(self, run: InferRun) -> None:
         for m in run.metrics():
-            self.result.add_metric(m)
-        entry = self.entry(run.batch_size)
-        entry["inference"] = {**group_summary(self.result.measurements, run.prefix), **run.info()}
-        entry.setdefault("stop_reason", "blocked_autorange")
+            self.records.add_metric(m)
+        size = self.size(run.batch_size)
+        size.parts["inference"] = {
+            **group_summary(self.records.metrics, run.prefix),
+            **run.info(),
+        }
+        if size.stop_reason is None:
+            size.stop_reason = "blocked_autorange"
 
 
 __all__ = [

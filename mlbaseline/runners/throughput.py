@@ -47,7 +47,7 @@ from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.measure.timers import make_timer
 from mlbaseline.measure.trace import trace_session
 from mlbaseline.progress import NullProgress, Progress, Task
-from mlbaseline.results import Check, Result
+from mlbaseline.results import Check, Metric, Result
 from mlbaseline.runners.children import (  # re-exported: they lived here first
     CHILD_PREFIX,
     ChildRun,
@@ -69,6 +69,7 @@ from mlbaseline.runners.sweep import (
     infer_one_size,
     train_one_size,
 )
+from mlbaseline.runners.throughput_records import Records, RunFacts, SizeRecord, check_payload
 from mlbaseline.workloads.factory import build_dataset
 
 RESIDUAL_LIMIT = 0.05  # stage sums within 5% of the step time
@@ -102,10 +103,11 @@ class _Watch:
         t = cfg.throughput
         return cls(make_control(t.control_every, clock), CpuAccount(t.contamination_cores))
 
-    def record(self, result: Result) -> None:
+    def control_metric(self) -> Metric | None:
+        """The control kernel's timings between measured steps (None: none were taken)."""
         if self.control is not None and self.control.samples:
-            result.add_metric(self.control.metric())
-        record_contamination(result, self.account)
+            return self.control.metric()
+        return None
 
 
 def _train_local(run: SweepState, batch_size: int, watch: _Watch | None = None) -> None:
@@ -132,8 +134,8 @@ def _train_local(run: SweepState, batch_size: int, watch: _Watch | None = None) 
         )  # fmt: skip
     if tr is not None:
         run.add_train(tr)
-        if run.trace is not None:  # --trace: the profiler's time per stage against mlb's
-            run.trace.finish(run.result, batch_size, tr.stages)
+        if run.trace is not None:  # --trace: compared with mlb's stages when assembled
+            run.records.traced.append((batch_size, list(tr.stages)))
         if tr.loop.stop_reason == "interrupted":
             raise KeyboardInterrupt
 
@@ -161,26 +163,24 @@ def _sweep(
 ) -> None:
     phase = watch.account.phase if watch is not None else lambda _: contextlib.nullcontext()
     for batch_size in run.cfg.throughput.batch_sizes:
-        entry = run.entry(batch_size)
+        size = run.size(batch_size)
         if train:
-            with _telemetry_window(entry, "train", tele), phase(f"train.bs{batch_size}"):
+            with _telemetry_window(size, "train", tele), phase(f"train.bs{batch_size}"):
                 _train_local(run, batch_size, watch)
         if infer:
-            with _telemetry_window(entry, "inference", tele), phase(f"infer.bs{batch_size}"):
+            with _telemetry_window(size, "inference", tele), phase(f"infer.bs{batch_size}"):
                 _infer_local(run, batch_size)
 
 
 @contextlib.contextmanager
-def _telemetry_window(
-    entry: dict[str, Any], part: str, tele: TelemetrySampler | None
-) -> Iterator[None]:
+def _telemetry_window(size: SizeRecord, part: str, tele: TelemetrySampler | None) -> Iterator[None]:
     """Record [start, end] of one part on the sampler's `t_s` clock, so the report can tell
     this batch size's GPU kernel-active share from the rest of the timeline."""
     start = tele.elapsed_s() if tele is not None else None
     try:
         yield
     finally:
-        info = entry.get(part)
+        info = size.parts.get(part)
         if tele is not None and start is not None and isinstance(info, dict):
             info["telemetry_window_s"] = [start, tele.elapsed_s()]
 
@@ -359,16 +359,15 @@ def run_throughput(
         n, _, single_why = plan_for(cfg.throughput, torchrun_env() is not None)
         if n > 1:
             return run_replicates(cfg, progress, probe, output_dir, telemetry_name, sampler)
-        result = _run_once(cfg, progress, probe, output_dir, clock, telemetry_name, sampler)
-        if single_why:
-            result.data["replicate_plan"] = {"stop": "single", "reason": single_why}
-        return result
+        single = {"stop": "single", "reason": single_why} if single_why else None
+        return _run_once(cfg, progress, probe, output_dir, clock, telemetry_name, sampler, single)
     finally:
         if own_probe:
             probe.close()
 
 
-def _prepare(cfg: Config, probe: GpuProbe) -> tuple[str, Result]:
+def _prepare(cfg: Config, probe: GpuProbe) -> Records:
+    """The run-wide facts, known before the first step (the device checked and set up)."""
     t, w = cfg.throughput, cfg.workload
     device = resolve_device(w.device)
     if t.nproc > 1 and device.startswith("cuda") and torch.cuda.device_count() < t.nproc:
@@ -381,24 +380,24 @@ def _prepare(cfg: Config, probe: GpuProbe) -> tuple[str, Result]:
         torch.set_num_threads(w.threads)
     allocator = tune_malloc(w.malloc_tuning)
     flags = set_determinism(cfg.golden.seed, w.deterministic, w.cudnn_benchmark)
-    result = Result(kind="throughput", config=cfg.to_dict())
-    result.environment = fingerprint(cfg.to_dict(), probe, device)
-    result.environment["informational"]["determinism"] = flags
-    result.environment["informational"]["malloc_tuning"] = allocator["malloc_tuning"]
-    result.data = {
-        "device": device,
-        "mode": t.mode,
-        "nproc": t.nproc,
-        "repeats": t.repeats,
-        "determinism": flags,
-        "allocator": allocator,
-        "timer": make_timer(device).kind,
-        "torch_threads": torch.get_num_threads(),
-        "stages": list(DIST_STAGES if t.nproc > 1 else TRAIN_STAGES),
-        "residual_limit": RESIDUAL_LIMIT,
-        "batch_sizes": {},
-    }
-    return device, result
+    environment = fingerprint(cfg.to_dict(), probe, device)
+    environment["informational"]["determinism"] = flags
+    environment["informational"]["malloc_tuning"] = allocator["malloc_tuning"]
+    facts = RunFacts(
+        config=cfg.to_dict(),
+        environment=environment,
+        device=device,
+        mode=t.mode,
+        nproc=t.nproc,
+        repeats=t.repeats,
+        determinism=flags,
+        allocator=allocator,
+        timer=make_timer(device).kind,
+        torch_threads=torch.get_num_threads(),
+        stages=list(DIST_STAGES if t.nproc > 1 else TRAIN_STAGES),
+        residual_limit=RESIDUAL_LIMIT,
+    )
+    return Records(facts)
 
 
 def _run_once(
@@ -409,43 +408,27 @@ def _run_once(
     clock: Clock | None,
     telemetry_name: str,
     sampler: TelemetrySampler | None,
+    single: dict[str, Any] | None = None,
 ) -> Result:
-    from mlbaseline.runners.distributed import torchrun_env
-
-    t = cfg.throughput
-    device, result = _prepare(cfg, probe)
+    records = _prepare(cfg, probe)
     spec = build_dataset(cfg)
-    result.data["dataset"] = spec.description
+    records.blocks["dataset"] = spec.description
     if spec.description.get("overlong"):
         d = spec.description
-        result.warn(
+        records.note(
             "overlong_samples",
             f"{d['overlong']} of {d['len']} synthetic text samples were longer than "
             f"workload.max_length={d['max_length']} and were cut to it",
             count=d["overlong"],
             max_length=d["max_length"],
         )
-    run = SweepState(cfg, device, result, spec, progress, clock or PerfClock())
+    run = SweepState(cfg, records.facts.device, records, spec, progress, clock or PerfClock())
     watch = _Watch.of(cfg, run.clock)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
-    run.trace = trace_session(cfg, device, tele, output_dir, telemetry_name)
-    train = t.mode in ("train", "both")
-    infer = t.mode in ("inference", "both")
+    run.trace = trace_session(cfg, run.device, tele, output_dir, telemetry_name)
     try:
         with tele if owned else contextlib.nullcontext():
-            if t.nproc > 1 and train:
-                from mlbaseline.runners.distributed import train_distributed
-
-                with watch.account.phase("train (distributed)"):
-                    train_distributed(run)
-                train = False
-            launch = torchrun_env() if train else None
-            if launch is not None:  # one rank of an external torchrun (one or many nodes)
-                from mlbaseline.runners.distributed import train_torchrun
-
-                infer = train_torchrun(run, launch) and infer  # inference: rank 0 only
-                train = False
-            _sweep(run, train, infer, tele, watch)
+            _measure(run, tele, watch)
     except MlbError:
         # bad input (a model factory that fails, say) writes nothing: not even the telemetry
         # CSV opened beside the result, which would also block the rerun without --force
@@ -453,13 +436,90 @@ def _run_once(
             tele.discard_csv()
         raise
     except KeyboardInterrupt:
-        result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
-        for entry in run.entries.values():
-            entry.setdefault("stop_reason", "interrupted")
-    watch.record(result)
-    if tele is not None:
-        telemetry_block(result, tele, telemetry_name if csv_path else None, owned)
+        records.fault("interrupted", "Ctrl-C: the result holds what was measured until then")
+        for size in records.sizes.values():
+            if size.stop_reason is None:
+                size.stop_reason = "interrupted"
+    if single is not None:
+        records.blocks["replicate_plan"] = single
+    ending = Ending(
+        account=watch.account,
+        control=watch.control_metric(),
+        trace=run.trace,
+        telemetry=_Telemetry(tele, telemetry_name if csv_path else None, owned),
+    )
+    return assemble(records, ending)
+
+
+def _measure(run: SweepState, tele: TelemetrySampler | None, watch: _Watch) -> None:
+    """The sweep in this process: own ranks (`nproc`), one rank of an external torchrun, or
+    one process; records what it measured in `run.records`."""
+    from mlbaseline.runners.distributed import torchrun_env
+
+    t = run.cfg.throughput
+    train = t.mode in ("train", "both")
+    infer = t.mode in ("inference", "both")
+    if t.nproc > 1 and train:
+        from mlbaseline.runners.distributed import train_distributed
+
+        with watch.account.phase("train (distributed)"):
+            train_distributed(run)
+        train = False
+    launch = torchrun_env() if train else None
+    if launch is not None:  # one rank of an external torchrun (one or many nodes)
+        from mlbaseline.runners.distributed import train_torchrun
+
+        infer = train_torchrun(run, launch) and infer  # inference: rank 0 only
+        train = False
+    _sweep(run, train, infer, tele, watch)
+
+
+# ---------------------------------------------------------------- the one assembly
+
+
+@dataclass
+class _Telemetry:
+    sampler: TelemetrySampler | None
+    csv_name: str | None
+    owned: bool
+
+
+@dataclass
+class Ending:
+    """What a run hands to `assemble` beside its records: the machine's account of it, the
+    control kernel's metric, the --trace windows, the telemetry timeline, and (replicates)
+    the children's results and the between-sittings check."""
+
+    account: CpuAccount
+    telemetry: _Telemetry
+    control: Metric | None = None
+    trace: Any = None
+    children: list[Result] | None = None
+    sittings: Callable[[Result], None] | None = None
+
+
+def assemble(records: Records, ending: Ending) -> Result:
+    """The one place a throughput run's result is built: from its records, then the parts
+    derived from the whole run (pooled replicates, CPU account, trace comparisons, telemetry,
+    checks and noise), its payload checked against its typed model once, at the end."""
+    result = records.to_result()
+    if ending.children is not None:
+        pool_replicates(result, ending.children)
+        # one account of the whole tree from here replaces each child's view of itself
+        result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
+    if ending.control is not None:
+        result.add_metric(ending.control)
+    record_contamination(result, ending.account)
+    if ending.trace is not None:  # --trace: the profiler's time per stage against mlb's
+        for batch_size, stages in records.traced:
+            ending.trace.finish(result, batch_size, stages)
+    tel = ending.telemetry
+    if tel.sampler is not None:
+        telemetry_block(result, tel.sampler, tel.csv_name, tel.owned)
     finish_result(result)
+    if ending.sittings is not None:
+        ending.sittings(result)
+    check_payload(result)
     return result
 
 
@@ -480,31 +540,29 @@ def run_replicates(
     n, plan, _ = plan_for(cfg.throughput)
     # the zygote starts first: its imports overlap this process's preparation
     with launcher(cfg.throughput, run_child) as (launch, started):
-        device, result = _prepare(cfg, probe)
+        records = _prepare(cfg, probe)
         tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
         account = CpuAccount(cfg.throughput.contamination_cores)  # children are our own tree
-        label = f"replicates ({started['start']} processes, {device})"
+        label = f"replicates ({started['start']} processes, {records.facts.device})"
         with (
             scratch.folder("replicates") as tmp,
             tele if owned else contextlib.nullcontext(),
             progress.task(label, total=n) as task,
         ):
             command = child_command(write_child_config(cfg, Path(tmp)))
-            children = _replicates(result, plan, n, lambda: launch(command), account, task)
-    result.data["replicate_start"] = started
-    pool_replicates(result, children)
-    # one account of the whole tree from here replaces each child's view of itself
-    result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
-    record_contamination(result, account)
-    if tele is not None:
-        telemetry_block(result, tele, telemetry_name if csv_path else None, owned)
-    finish_result(result)
-    _between_sittings(result, cfg, plan)
-    return result
+            children = _replicates(records, plan, n, lambda: launch(command), account, task)
+    records.blocks["replicate_start"] = started
+    ending = Ending(
+        account=account,
+        telemetry=_Telemetry(tele, telemetry_name if csv_path else None, owned),
+        children=children,
+        sittings=lambda result: _between_sittings(result, cfg, plan),
+    )
+    return assemble(records, ending)
 
 
 def _replicates(
-    result: Result,
+    records: Records,
     plan: Plan | None,
     n: int,
     run_one: Callable[[], ChildRun],
@@ -512,7 +570,7 @@ def _replicates(
     task: Task,
 ) -> list[Result]:
     """Up to `n` replicates, one after another, until the plan stops them, one fails or Ctrl-C
-    comes (`result` is marked); the results of those that gave one."""
+    comes (recorded as a fault); the results of those that gave one."""
     walls: list[float] = []
     children: list[Result] = []
     for r in range(n):
@@ -527,16 +585,16 @@ def _replicates(
             raise UsageError(run.error.removeprefix("Error: "))
         if doc is None:
             if run.interrupted:
-                result.mark("interrupted", f"Ctrl-C during replicate {r}")
+                records.fault("interrupted", f"Ctrl-C during replicate {r}")
             else:
-                result.mark("failed", f"replicate {r} produced no result: {run.error}")
+                records.fault("failed", f"replicate {r} produced no result: {run.error}")
             break
         children.append(doc)
         task.advance()
         if run.interrupted or doc.status == "interrupted":
-            result.mark("interrupted", f"Ctrl-C during replicate {r}")
+            records.fault("interrupted", f"Ctrl-C during replicate {r}")
             break
-        if plan is not None and _enough(result, plan, children, walls):
+        if plan is not None and _enough(records, plan, children, walls):
             break
     return children
 
@@ -567,13 +625,13 @@ def _between_sittings(result: Result, cfg: Config, plan: Plan | None) -> None:
         )
 
 
-def _enough(result: Result, plan: Plan, children: list[Result], walls: list[float]) -> bool:
+def _enough(records: Records, plan: Plan, children: list[Result], walls: list[float]) -> bool:
     """`repeats: auto`: record the plan's decision after this replicate; True to stop."""
     decision = decide(total_medians(children), walls, plan)
     if decision.stop is None:
         return False
     text = message(decision, len(children), plan, walls)
-    result.data["replicate_plan"] = {
+    block: dict[str, Any] = {
         **decision.to_dict(),
         "replicates": len(children),
         "target": plan.target,
@@ -582,11 +640,12 @@ def _enough(result: Result, plan: Plan, children: list[Result], walls: list[floa
         "message": text,
     }
     if decision.stop != "target":
-        result.warn("repro_target", text, needed=decision.needed)
+        records.note("repro_target", text, needed=decision.needed)
     past = over_budget(len(children), walls, plan)
     if past:
-        result.data["replicate_plan"]["over_budget"] = past
-        result.warn("replicates_budget", past)
+        block["over_budget"] = past
+        records.note("replicates_budget", past)
+    records.blocks["replicate_plan"] = block
     return True
 
 
