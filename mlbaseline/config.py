@@ -370,6 +370,8 @@ class HistoryConfig:
     record: bool = _f(True, "Record every result mlb writes in the history store.")
     gate_last: int = _f(5, "Comparable baselines `mlb history gate` judges against.", min=1)
     min_segment: int = _f(3, "Runs a change point needs after it to be confirmed.", min=1)
+    name: str = _f("", "This run's name in history list, the report and compare (--name).")
+    tags: list[str] = _f([], "This run's tags, for `mlb history list --tag` (--tag).")
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,9 @@ def test_location_env_beats_config_beats_default(monkeypatch):
     assert resolve_location("/cfg/h.sqlite") == "/env/h.sqlite"
     monkeypatch.delenv("MLB_HISTORY")
     assert resolve_location("/cfg/h.sqlite") == "/cfg/h.sqlite"
-    assert resolve_location(None) == str(Path("mlb-results") / "history.sqlite")
+    # the default: in the project's root (this checkout), not in the cwd
+    root = Path(__file__).resolve().parent.parent
+    assert resolve_location(None) == str(root / "mlb-results" / "history.sqlite")
 
 
 def test_reading_never_creates_a_store(tmp_path):
@@ -107,14 +109,14 @@ def test_migrations_upgrade_an_old_store_and_keep_its_records(tmp_path):
     assert not sa.inspect(old.engine).get_indexes("metrics")  # version 1 has none
     old.close()
     store = open_store(str(path), create=False)  # opening upgrades it
-    assert store.version() == sc.LATEST == 3
+    assert store.version() == sc.LATEST == 4
     assert {ix["name"] for ix in sa.inspect(store.engine).get_indexes("metrics")} == {
         "ix_metrics_name"
     }
     assert store.get(rid) is not None
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT version, name FROM mlb_schema ORDER BY version").fetchall()
-    assert [v for v, _ in rows] == [1, 2, 3]
+    assert [v for v, _ in rows] == [1, 2, 3, 4]
 
 
 def _bare_store(path: Path):

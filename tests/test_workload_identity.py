@@ -284,7 +284,7 @@ def test_migration_3_recomputes_old_fingerprints_into_their_workloads_series(tmp
     assert before[0] == before[1]  # two workloads, one series: what the migration fixes
     old_store.close()
     store = open_store(str(path), create=False)  # opening upgrades it
-    assert store.version() == sc.LATEST == 3
+    assert store.version() == sc.LATEST == 4
     now = {e.id: e.fingerprint for e in store.entries(Query())}
     assert now[ids[0]] != now[ids[1]]
     # and each joins the series new records of its workload get

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from mlbaseline.comparison.labels import run_label
 from mlbaseline.comparison.matching import comparable_blocking
 from mlbaseline.documents.history import parse_record_document
 from mlbaseline.errors import MlbError
@@ -102,6 +103,8 @@ class Record:
     metrics: tuple[MetricSummary, ...] = ()
     body: bytes = b""
     recorded_at: str = field(default_factory=utc_now)
+    name: str | None = None  # the run's label (--name / --tag), from its config
+    tags: tuple[str, ...] = ()
 
 
 def _number(value: Any, where: str) -> float:
@@ -291,6 +294,7 @@ def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None
     noise = result.data.get("noise") if isinstance(result.data.get("noise"), dict) else {}
     summaries = (summarize_metric(m, noise.get(n)) for n, m in result.measurements.items())
     subset = ((result.environment or {}).get("blocking") or {}).get("subset_sha256")
+    label = run_label(result.config)
     return Record(
         kind=result.kind,
         status=as_read(result.status),  # a leftover `running` is recorded as incomplete
@@ -304,6 +308,8 @@ def record_of(result: Result, body: bytes, path: Path | str, git: GitInfo | None
         host=socket.gethostname(),
         metrics=tuple(s for s in summaries if s is not None),
         body=stored_body(body),
+        name=label.name or None,
+        tags=label.tags,
     )
 
 

@@ -10,6 +10,8 @@ Schema history (each migration is applied once, in order, and recorded in `mlb_s
   (`record.fingerprint_hash`): the workload identity (dataset, image size, classes, batch
   sizes, …) joined the blocking keys, taken from the config of a result written before, so an
   old record and a new one of one workload stay one series and two workloads are split.
+- 4: `results.name` and `results.tags` (JSON list): the run's name and tags (`--name`,
+  `--tag`), filled in for the records before from their stored documents' config.
 
 A store whose `mlb_schema` records a version above :data:`LATEST` was written by a newer mlb:
 it is refused, never downgraded or touched.
@@ -17,6 +19,7 @@ it is refused, never downgraded or touched.
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Callable
 
@@ -24,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateTable
 
+from mlbaseline.comparison.labels import run_label
 from mlbaseline.history.record import fingerprint_hash, parse_body
 
 metadata = sa.MetaData()
@@ -55,6 +59,9 @@ results = sa.Table(
     sa.Column("path", sa.Text, nullable=False),
     sa.Column("sha256", sa.String(64), nullable=False, unique=True),
     sa.Column("host", sa.String(255)),
+    # version 4: the run's label (Text: a name has no length limit the store should impose)
+    sa.Column("name", sa.Text),
+    sa.Column("tags", sa.Text),  # a JSON list, searched by `"tag"` (a tag has no comma)
 )
 
 metrics = sa.Table(
@@ -121,12 +128,42 @@ def _v3(conn: Connection) -> None:
             conn.execute(results.update().where(results.c.id == rid).values(fingerprint=new))
 
 
+def _v4(conn: Connection) -> None:
+    # version 1 creates `results` from today's definition, which has the columns already
+    have = {c["name"] for c in sa.inspect(conn).get_columns("results")}
+    for column in ("name", "tags"):
+        if column not in have:
+            conn.execute(sa.text(f"ALTER TABLE results ADD COLUMN {column} TEXT"))
+    for rid, body in conn.execute(sa.select(documents.c.result_id, documents.c.body)).all():
+        try:
+            label = run_label(json.loads(zlib.decompress(body)).get("config"))
+        except Exception:  # an unreadable document has no label; the upgrade goes on
+            continue
+        if label:
+            values = {"name": label.name or None, "tags": tags_text(label.tags)}
+            conn.execute(results.update().where(results.c.id == rid).values(**values))
+
+
+def tags_text(tags: tuple[str, ...] | list[str]) -> str | None:
+    """The `tags` column of a record: its tags as a JSON list, None for none."""
+    return json.dumps(list(tags)) if tags else None
+
+
 # version -> (name, step); a new schema is a new entry at the end, never an edit of an old one
 MIGRATIONS: dict[int, tuple[str, Callable[[Connection], None]]] = {
     1: ("results, metrics and documents", _v1),
     2: ("indexes for series queries", _v2),
     3: ("fingerprints with the workload identity", _v3),
+    4: ("run names and tags", _v4),
 }
 LATEST = max(MIGRATIONS)
 
-__all__ = ["LATEST", "MIGRATIONS", "SCHEMA_TABLE", "documents", "metrics", "results"]
+__all__ = [
+    "LATEST",
+    "MIGRATIONS",
+    "SCHEMA_TABLE",
+    "documents",
+    "metrics",
+    "results",
+    "tags_text",
+]

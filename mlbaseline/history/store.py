@@ -6,7 +6,9 @@
 - **Team**: PostgreSQL through a `postgresql://` URL (driver `psycopg` 3), so CI runners on
   several machines share one history. Migrations take an advisory lock there.
 
-Where: env `MLB_HISTORY` (a path or a URL) > config `history.store` > `mlb-results/history.sqlite`.
+Where: env `MLB_HISTORY` (a path or a URL) > config `history.store` > `mlb-results/history.sqlite`
+in the project's root: the nearest folder upward from the cwd that holds `.git` or
+`pyproject.toml` (else the cwd), so runs from any sub-folder of one project share one history.
 A location with a `scheme://` is a URL: `sqlite:///PATH`, or `postgresql://` (also `postgres://`
 and `postgresql+psycopg://`, the driver it uses; the scheme read case-insensitively, as RFC 3986
 says). Any other scheme is refused by name, never taken for a local path: a driver-qualified
@@ -26,6 +28,7 @@ the others still list, export and check.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import zlib
@@ -54,6 +57,8 @@ from mlbaseline.results import utc_now
 from mlbaseline.safewrite import check_in_place
 
 DEFAULT_PATH = Path("mlb-results") / "history.sqlite"
+# what marks a project's root folder (where its one default store lives)
+PROJECT_MARKERS = (".git", "pyproject.toml")
 ENV = "MLB_HISTORY"
 BUSY_TIMEOUT_S = 30.0
 # execution option that marks a transaction as a write (BEGIN IMMEDIATE on SQLite)
@@ -70,9 +75,20 @@ class StoreMissingError(StoreError):
     """No store exists yet at the location (nothing has been recorded)."""
 
 
-def resolve_location(configured: str | None = None) -> str:
-    """MLB_HISTORY > config `history.store` > the default path."""
-    return os.environ.get(ENV) or configured or str(DEFAULT_PATH)
+def project_root(start: Path | None = None) -> Path:
+    """The nearest folder upward from `start` (default: the cwd) holding `.git` or
+    `pyproject.toml`; `start` itself when none does (a folder outside any project)."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return here
+
+
+def resolve_location(configured: str | None = None, start: Path | None = None) -> str:
+    """MLB_HISTORY > config `history.store` > the default path in the project's root (see
+    :func:`project_root`; `start`: the folder to look up from, default the cwd)."""
+    return os.environ.get(ENV) or configured or str(project_root(start) / DEFAULT_PATH)
 
 
 # the URL schemes a store location may have, lowercase; every other `scheme://` is an error
@@ -144,6 +160,8 @@ class Entry:
     sha256: str
     host: str | None
     metrics: dict[str, MetricSummary] = field(default_factory=dict)
+    name: str | None = None  # the run's label (--name / --tag)
+    tags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +177,8 @@ class Entry:
             "path": self.path,
             "sha256": self.sha256,
             "host": self.host,
+            "name": self.name,
+            "tags": list(self.tags),
             "metrics": {n: m.to_dict() for n, m in self.metrics.items()},
         }
 
@@ -175,6 +195,8 @@ class Query:
     ids: Sequence[int] | None = None
     sha256: str | None = None  # the file's exact SHA-256 (a unique, indexed column)
     last: int | None = None  # only the newest N (still returned oldest first)
+    name: str | None = None  # the run's name, exactly
+    tag: str | None = None  # one of the run's tags, exactly
 
 
 def _check_sqlite_file(path: Path, create: bool) -> None:
@@ -438,6 +460,11 @@ class Store:
             stmt = stmt.where(r.id.in_(list(q.ids)))
         if q.sha256:
             stmt = stmt.where(r.sha256 == q.sha256)
+        if q.name:
+            stmt = stmt.where(r.name == q.name)
+        if q.tag:
+            # the JSON list holds the tag as `"tag"` (a tag has no comma: comparison.labels)
+            stmt = stmt.where(r.tags.contains(json.dumps(q.tag), autoescape=True))
         if q.metric:
             has = sa.select(sc.metrics.c.result_id).where(
                 sc.metrics.c.name.like(q.metric, escape="\\")
@@ -502,6 +529,8 @@ def _result_row(rec: Record) -> dict[str, Any]:
         "path": rec.path,
         "sha256": rec.sha256,
         "host": rec.host,
+        "name": rec.name,
+        "tags": sc.tags_text(rec.tags),
     }
 
 
@@ -525,7 +554,17 @@ def _metric_row(result_id: int, m: MetricSummary) -> dict[str, Any]:
 _TEXT = (
     "kind", "status", "fingerprint", "created_at", "recorded_at", "config_hash", "path", "sha256",
 )  # fmt: skip
-_OPTIONAL_TEXT = ("git_commit", "git_branch", "subset_hash", "host")
+_OPTIONAL_TEXT = ("git_commit", "git_branch", "subset_hash", "host", "name", "tags")
+
+
+def _tags(text: str | None, rid: int) -> tuple[str, ...]:
+    try:
+        tags = json.loads(text) if text else []
+    except ValueError:
+        tags = None
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise RecordError(f"history #{rid}: results.tags: expected a JSON list of text")
+    return tuple(tags)
 
 
 def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:
@@ -551,6 +590,8 @@ def _entry(row: Any, metrics: dict[str, MetricSummary]) -> Entry:
         sha256=row["sha256"],
         host=row["host"],
         metrics=metrics,
+        name=row["name"],
+        tags=_tags(row["tags"], rid),
     )
 
 
@@ -610,6 +651,7 @@ __all__ = [
     "glob_to_like",
     "is_url",
     "open_store",
+    "project_root",
     "resolve_location",
     "sqlite_path",
     "url_scheme",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlbaseline.comparison import COMPARABLE_KINDS, Comparison, compare_results, to_result
+from mlbaseline.comparison.labels import run_label
 from mlbaseline.config import Config
 from mlbaseline.errors import ResultFileError
 from mlbaseline.progress import NullProgress, Progress
@@ -61,11 +62,18 @@ def run_compare(
         a,
         b,
         config.compare,
-        old_label=str(old),
-        new_label=str(new),
+        old_label=file_label(a, old),
+        new_label=file_label(b, new),
         allow_mismatch=allow_mismatch,
         same_input=same_input(Path(old), Path(new)),
         progress=progress,
         allow=allow,
     )
     return CompareRun(comparison, to_result(comparison, config.to_dict()))
+
+
+def file_label(result: Result, path: Path | str) -> str:
+    """How compare names a file: its run name (--name) and path, 'nightly (a/run.json)', or
+    the path alone when the run has no name."""
+    name = run_label(result.config).name
+    return f"{name} ({path})" if name else str(path)
