@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from mlbaseline.cli.helptext import PlainGroup
+
 app = typer.Typer(
     name="mlb",
+    cls=PlainGroup,  # --help spells values as words, never <bool>
     help=(
         "mlb — a performance baseline for PyTorch projects that is reproducible, decomposable "
         "and attributable.\n\n"

@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlbaseline.cli.common import CommonOptions, Ui, command, execute
+from mlbaseline.cli.tables import StackTable
 from mlbaseline.config import Config
 from mlbaseline.measure.gpu import default_probe
 from mlbaseline.report.checks import display
@@ -40,9 +41,14 @@ def _rows(checks: list[Check]) -> list[tuple[str, Check]]:
 
 def checks_table(checks: list[Check], title: str = "env-check") -> Table:
     """The checks as a rich table (also used by `mlb run` for its env-check phase)."""
-    table = Table(title=title, title_justify="left", expand=False)
-    for column in ("check", "status", "value", "threshold", "advice"):
-        table.add_column(column, overflow="fold")
+    # names and figures are never cut or folded (no "torchvi/sion"); the advice wraps between
+    # words, and when even that is too wide the threshold and advice go to a table below
+    table = StackTable(
+        title=title, title_justify="left", expand=False, secondary=("threshold", "advice")
+    )
+    for column in ("check", "status", "value", "threshold"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("advice")
     for label, check in _rows(checks):
         value, threshold = display(check)
         style = STATUS_STYLE.get(check.status, "")
