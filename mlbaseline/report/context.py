@@ -70,5 +70,11 @@ def figure(ctx: ReportContext, name: str, alt: str) -> list[str]:
     return [f"![{alt}]({rel})", ""] if rel else []
 
 
+def details(summary: str, body: Sequence[str]) -> list[str]:
+    """A collapsed block (`<details>`): the appendix material a reader opens on purpose.
+    Blank lines around the body let Markdown inside it render (GitHub, CommonMark)."""
+    return [f"<details><summary>{summary}</summary>", "", *body, "</details>", ""]
+
+
 def opt(v: Any, fmt: Any = str, missing: str = "–") -> str:
     return missing if v is None else fmt(v)

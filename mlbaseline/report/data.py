@@ -9,10 +9,13 @@ other. Results written before the roles existed (or by hand) fall back to the na
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +210,32 @@ def replicate_medians(metric: Metric) -> list[float]:
         return []
     values = np.asarray(metric.values, dtype=np.float64)
     return [float(m) for m in comparison_medians(values, metric.replicate)]
+
+
+# ---------------------------------------------------------------- identity and time
+
+
+def config_hash(result: Result) -> str:
+    """The hash `mlb history show` gives for this result's config (history.record.config_hash:
+    SHA-256 of its canonical JSON, the `history` section left out). Computed here because the
+    report sits beside, not above, the history layer; a test keeps the two equal."""
+    body = {k: v for k, v in (result.config or {}).items() if k != "history"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def timestamp(text: str | None) -> str:
+    """A result's ISO time to the second: '2026-12-02T18:32:26.762335Z' -> '2026-12-02
+    18:32:26 UTC' (microseconds say nothing to a reader); text that is not a time is kept."""
+    if not text:
+        return "–"
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    offset = when.utcoffset()
+    zone = "" if offset is None else " UTC" if not offset else when.strftime(" %z")
+    return when.strftime("%Y-%m-%d %H:%M:%S") + zone
 
 
 # ---------------------------------------------------------------- telemetry

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mlbaseline.formatting import milliseconds as ms
 from mlbaseline.report.context import NOT_MEASURED, SECTIONS, TITLE, ReportContext
+from mlbaseline.report.headline import HEADLINE, section_headline
 from mlbaseline.report.sections_findings import (
     section_method,
     section_predictions,
@@ -35,6 +36,7 @@ from mlbaseline.report.sections_setup import (
 
 # importers reach these through this module
 __all__ = [
+    "HEADLINE",
     "NOT_MEASURED",
     "SECTIONS",
     "SECTION_FUNCTIONS",
@@ -46,6 +48,7 @@ __all__ = [
 ]
 
 SECTION_FUNCTIONS = (
+    section_headline,  # the first screen: what was measured, figures, MDE, fired signals
     section_summary,
     section_hardware,
     section_golden,
@@ -66,7 +69,7 @@ SECTION_FUNCTIONS = (
 
 
 def render_markdown(ctx: ReportContext) -> str:
-    """The whole report, every section in order."""
+    """The whole report: the headline screen, then every section in order."""
     lines = [TITLE, ""]
     for fn in SECTION_FUNCTIONS:
         lines += fn(ctx)

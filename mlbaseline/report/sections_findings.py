@@ -14,6 +14,7 @@ from mlbaseline.formatting import percent as pct
 from mlbaseline.report.context import (
     SECTIONS,
     ReportContext,
+    details,
     figure,
     not_measured,
     table,
@@ -22,6 +23,7 @@ from mlbaseline.report.data import (
     Telemetry,
     finite,
 )
+from mlbaseline.report.signals import Signal
 from mlbaseline.results import Result
 from mlbaseline.stopping import LEFTOVER_NOTE, as_read
 
@@ -99,39 +101,64 @@ _SIGNAL_COMPARATORS = {
 }
 
 
-def section_signals(ctx: ReportContext) -> list[str]:
-    lines = [SECTIONS[11], ""]
-    lines += [
-        "Each signal is computed from the measured data against the threshold shown; its "
-        "definition is in `mlbaseline/report/signals.py`.",
-        "",
-    ]
+def signal_value(s: Signal) -> str:
+    """A signal's measured value in its unit ('47.8%', '3.20×'), '–' when not measured."""
+    return _SIGNAL_UNITS.get(s.name, num)(s.value) if s.value is not None else "–"
+
+
+def _signal_rows(found: list[Signal]) -> list[list[str]]:
     rows = []
-    for s in ctx.signals:
+    for s in found:
         fmt = _SIGNAL_UNITS.get(s.name, num)
-        value = fmt(s.value) if s.value is not None else "–"
         thr = (
             f"{_SIGNAL_COMPARATORS.get(s.name, '')} {fmt(s.threshold)}"
             if s.threshold is not None
             else "–"
         )
         state = "**FIRED**" if s.fired else s.state
-        rows.append([s.title, s.subject or "–", state, value, thr, s.message])
-    return lines + table(["signal", "on", "state", "value", "fires when", "detail"], rows)
+        rows.append([s.title, s.subject or "–", state, signal_value(s), thr, s.message])
+    return rows
+
+
+def section_signals(ctx: ReportContext) -> list[str]:
+    """The fired signals in the main flow; the quiet and not-measured ones (most of them, on a
+    healthy run) collapsed below, still there for whoever wants to see what was checked."""
+    lines = [SECTIONS[11], ""]
+    headers = ["signal", "on", "state", "value", "fires when", "detail"]
+    fired = [s for s in ctx.signals if s.fired]
+    rest = [s for s in ctx.signals if not s.fired]
+    if fired:
+        lines += table(headers, _signal_rows(fired))
+    else:
+        lines += [f"None of the {len(ctx.signals)} checks fired.", ""]
+    if rest:
+        quiet = sum(1 for s in rest if s.measured)
+        body = [
+            "Each signal is computed from the measured data against the threshold shown; its "
+            "definition is in `mlbaseline/report/signals.py`.",
+            "",
+            *table(headers, _signal_rows(rest)),
+        ]
+        summary = f"Checked and did not fire: {quiet} quiet, {len(rest) - quiet} not measured"
+        lines += details(summary, body)
+    return lines
 
 
 def section_predictions(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[12], ""]
-    lines += [
-        "_These are **predictions**, computed only from the measured shares (Amdahl's law) and the "
-        "measured worker sweep; they are not measurements. Re-measure after the change._",
-        "",
-    ]
     if not ctx.predictions:
         return lines + not_measured("no stage decomposition or worker sweep to predict from")
-    for p in ctx.predictions:
-        lines.append(f"- {p.text} _(from: {p.basis})_")
-    return [*lines, ""]
+    body = [
+        "_These are **predictions**, computed only from the measured shares (Amdahl's law) and "
+        "the measured worker sweep; they are not measurements. Re-measure after the change._",
+        "",
+        *(f"- {p.text} _(from: {p.basis})_" for p in ctx.predictions),
+        "",
+    ]
+    summary = (
+        f"{len(ctx.predictions)} predictions (arithmetic on measured shares, not measurements)"
+    )
+    return lines + details(summary, body)
 
 
 def _status_item(r: Result) -> str:
@@ -159,20 +186,18 @@ def section_warnings(ctx: ReportContext) -> list[str]:
 
 
 def section_method(ctx: ReportContext) -> list[str]:
-    return [
-        SECTIONS[14],
-        "",
+    body = [
         f"- Percentiles: numpy `{stats.PERCENTILE_METHOD}` method (Hyndman & Fan type 7); "
         "p90/p95/p99 "
         f"need {', '.join(str(v) for v in stats.PERCENTILE_FLOORS.values())} samples.",
         "- Confidence intervals: 95% percentile bootstrap, 2000 resamples, "
         f"seed {stats.DEFAULT_SEED}.",
         "- Location: median; stage shares are time-weighted (sum of stage / sum of total), so "
-        "they "
-        "add up to 100% with the residual.",
+        "they add up to 100% with the residual.",
         "- Warm-up samples are excluded from every figure and table here (they are kept in the "
         "result files).",
         "- The report never measures: every number is recomputed from the raw values in the "
         "results.",
         "",
     ]
+    return [SECTIONS[14], "", *details("How the figures were computed", body)]

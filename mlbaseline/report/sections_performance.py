@@ -18,6 +18,7 @@ from mlbaseline.report.context import (
     LATENCY_QS,
     SECTIONS,
     ReportContext,
+    details,
     figure,
     not_measured,
     table,
@@ -29,6 +30,7 @@ from mlbaseline.report.data import (
     finite,
     stage_shares,
 )
+from mlbaseline.report.labels import series_labels
 from mlbaseline.results import Result
 
 
@@ -37,34 +39,57 @@ def _train_row(ctx: ReportContext, result: Result, g: Group) -> list[str]:
     step = estimate(g.total.values) if g.total else None
     facts = payloads.batch_facts(result, g)
     active = payloads.kernel_active(ctx.telemetry, result, g)
-    memory = "not measured"
-    if facts.peak_memory is not None:
-        memory = size(facts.peak_memory) + _memory_kind(facts.memory_kind)
     return [
         g.label,
         with_ci(rate.median, rate.low, rate.high) if rate else "–",
         with_ci(step.median, step.low, step.high, ms) if step else "–",
         active,
-        memory,
+        memory_cell(facts),
         str(step.n) if step else "–",
         facts.stop_reason or "–",
     ]
 
 
-def _memory_kind(kind: str | None) -> str:
-    if not kind:
-        return ""
+# Below this, CPU RSS growth is page-level noise, not a workload's memory: a process that
+# already holds its model and buffers (inference measured after training, in one process)
+# grows by a few pages, e.g. "4.00 KiB", which reads as an absurd peak.
+RSS_NOISE_BYTES = 1 << 20
+
+
+def memory_cell(facts: payloads.BatchFacts) -> str:
+    """The memory column: CUDA's allocated peak, or on CPU the process's RSS growth (which is
+    not a peak of the workload: memory it held before the block does not count)."""
+    peak, kind = facts.peak_memory, facts.memory_kind or ""
+    if peak is None:
+        return "not measured"
     if kind.startswith("cuda"):
-        return " (CUDA allocated)"
+        return f"{size(peak)} (CUDA allocated)"
     if "rss" in kind:
-        return " (RSS growth)"
-    return f" ({kind})"
+        if peak < RSS_NOISE_BYTES:
+            return f"< {size(RSS_NOISE_BYTES, '.0f')} RSS growth (memory already held)"
+        return f"{size(peak)} RSS growth"
+    return size(peak) + (f" ({kind})" if kind else "")
+
+
+def _labelled_throughput(ctx: ReportContext) -> list[tuple[Result, str]]:
+    """The throughput results, each with the label that tells it apart from the others ("" for
+    one alone; report.labels): two files' rows of one batch size are not both "16"."""
+    tput = [(r, src) for r, src in zip(ctx.results, ctx.sources, strict=True)
+            if r.kind == "throughput"]  # fmt: skip
+    labels = series_labels([r for r, _ in tput], [src for _, src in tput])
+    return [(r, label) for (r, _), label in zip(tput, labels, strict=True)]
+
+
+def _file_label(text: str, label: str) -> str:
+    return f"{text} ({label})" if label else text
 
 
 def section_training(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[5], ""]
     rows = [
-        _train_row(ctx, r, g) for r in ctx.of_kind("throughput") for g in all_groups([r], "train")
+        [_file_label(g.label, label), *_train_row(ctx, r, g)[1:]]
+        for r, label in _labelled_throughput(ctx)
+        for g in all_groups([r], "train")
     ]
     if not rows:
         return lines + not_measured("no training throughput result (run `mlb throughput`)")
@@ -76,7 +101,7 @@ def section_training(ctx: ReportContext) -> list[str]:
         "samples/s [95% CI]",
         "step ms [95% CI]",
         "GPU kernel-active %",
-        "peak memory",
+        "memory",
         "steps",
         "ended by",
     ]
@@ -92,21 +117,22 @@ def section_training(ctx: ReportContext) -> list[str]:
 
 def section_stages(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[6], ""]
-    gs = all_groups(ctx.of_kind("throughput"), "train")
-    gs = [g for g in gs if g.stages]
+    tput = _labelled_throughput(ctx)
+    named = [(g, _file_label(g.label, label)) for r, label in tput
+             for g in all_groups([r], "train") if g.stages]  # fmt: skip
+    gs = [g for g, _ in named]
     if not gs:
         return lines + not_measured("no stage-decomposed training step")
-    lines += stage_table(gs, "batch size", lambda g: g.label)
-    lines += noise_table(ctx.of_kind("throughput"), gs)
+    text = {id(g): t for g, t in named}
+    lines += stage_table(gs, "batch size", lambda g: text[id(g)])
+    lines += noise_table([r for r, _ in tput], gs, [label for _, label in tput])
     lines += figure(ctx, "stages", "stage breakdown per batch size")
     return lines
 
 
-def noise_table(results: Sequence[Result], gs: Sequence[Group]) -> list[str]:
-    """Per group with fresh-process replicates (`data["noise"]`, stats.noise): the MDE of a
-    compare of two such runs per stage and for the step, and where the step's noise lies."""
-    noise = payloads.noise_records(results)
-    names = list(dict.fromkeys(s for g in gs for s in g.stages))
+def _noise_rows(
+    noise: Mapping[str, Any], gs: Sequence[Group], names: Sequence[str], label: str
+) -> list[list[str]]:
     rows = []
     for g in gs:
         step = noise.get(f"{g.prefix}.step")
@@ -117,26 +143,44 @@ def noise_table(results: Sequence[Result], gs: Sequence[Group]) -> list[str]:
         sit = step.sittings
         across = [f"{pct(sit.between_sd)} ({sit.sittings})", pct(sit.mde_across_sittings)
                   ] if sit is not None else ["–", "–"]  # fmt: skip
-        rows.append([g.label, str(step.processes), *cells, pct(step.mde),
+        rows.append([_file_label(g.label, label), str(step.processes), *cells, pct(step.mde),
                      pct(step.between_share), pct(step.within_sd),
                      pct(step.between_sd), *across])  # fmt: skip
+    return rows
+
+
+def noise_table(
+    results: Sequence[Result], gs: Sequence[Group], labels: Sequence[str] = ()
+) -> list[str]:
+    """Per group with fresh-process replicates (`data["noise"]`, stats.noise): the MDE of a
+    compare of two such runs per stage and for the step, and where the step's noise lies. One
+    row per file and group (`labels`: report.labels.series_labels), each from its own file's
+    records: a second file's `train.bs16` never replaces the first's."""
+    names = list(dict.fromkeys(s for g in gs for s in g.stages))
+    wanted = {g.prefix for g in gs}
+    rows = []
+    for i, r in enumerate(results):
+        noise = payloads.noise_records([r])
+        label = labels[i] if i < len(labels) else ""
+        rows += _noise_rows(noise, [g for g in all_groups([r], "train") if g.prefix in wanted],
+                            names, label)  # fmt: skip
     if not rows:
         return []
     headers = ["batch size", "processes", *(s.replace("_", " ") for s in names), "step",
                "between share", "within sd", "between sd", "between sittings sd (sittings)",
                "step MDE across sittings"]  # fmt: skip
-    return [
+    intro = (
         "Minimum detectable effect (MDE) of a compare of two runs like this one, per stage: "
         "changes smaller than this cannot be seen (at `compare.alpha`/k, Holm over the k metrics "
-        "judged, power 80%, from the "
-        "spread of the per-process medians). Noise of the step: share of its variance between "
-        "processes, and the within/between-process standard deviations (log scale ≈ relative). "
-        "Between sittings: from the history's earlier results of the same config and commit, "
-        "how much whole invocations differ beyond their processes, and the MDE of a compare "
-        "against another sitting (– without 3 sittings in the history).",
-        "",
-        *table(headers, rows),
-    ]
+        "judged, power 80%, from the spread of the per-process medians). Noise of the step: "
+        "share of its variance between processes, and the within/between-process standard "
+        "deviations (log scale ≈ relative). Between sittings: from the history's earlier "
+        "results of the same config and commit, how much whole invocations differ beyond their "
+        "processes, and the MDE of a compare against another sitting (– without 3 sittings in "
+        "the history)."
+    )
+    # the step's MDE leads the report (headline); this per-stage table is for those who dig
+    return details("Minimum detectable effect per stage", [intro, "", *table(headers, rows)])
 
 
 def stage_table(gs: Sequence[Group], key: str, label: Any) -> list[str]:
@@ -181,10 +225,7 @@ def section_inference(ctx: ReportContext) -> list[str]:
         for g in all_groups([r], "infer"):
             rate = estimate(g.rate.values) if g.rate else None
             batch = estimate(g.total.values) if g.total else None
-            facts = payloads.batch_facts(r, g)
-            memory = "not measured"
-            if facts.peak_memory is not None:
-                memory = size(facts.peak_memory) + _memory_kind(facts.memory_kind)
+            memory = memory_cell(payloads.batch_facts(r, g))
             rows.append(
                 [
                     g.label,
@@ -200,7 +241,7 @@ def section_inference(ctx: ReportContext) -> list[str]:
         return lines + not_measured(
             "no inference throughput result (`mlb throughput --mode inference`)"
         )
-    headers = ["batch size", "samples/s [95% CI]", "batch ms [95% CI]", "peak memory", "runs"]
+    headers = ["batch size", "samples/s [95% CI]", "batch ms [95% CI]", "memory", "runs"]
     lines += table(headers, rows)
     lines += [
         "Timed with `torch.utils.benchmark.Timer.blocked_autorange` under "
@@ -210,18 +251,18 @@ def section_inference(ctx: ReportContext) -> list[str]:
     return lines
 
 
+def percentile_cell(x: np.ndarray, level: Mapping[str, Any], q: float) -> str:
+    """A latency percentile with its CI, in ms: as the latency runner stored it, else computed
+    here from the samples."""
+    stored = payloads.level_percentile(level, q)
+    if stored is not None:
+        return with_ci(*stored, ms)
+    lo, hi = stats.percentile_ci(x, q)
+    return with_ci(stats.percentile(x, q), lo, hi, ms)
+
+
 def _percentile_cells(x: np.ndarray, level: Mapping[str, Any]) -> list[str]:
-    """Each percentile with its CI: as the latency runner stored it, else computed here."""
-    cells = []
-    for q in LATENCY_QS:
-        stored = payloads.level_percentile(level, q)
-        if stored is not None:
-            cells.append(with_ci(*stored, ms))
-            continue
-        p = stats.percentile(x, q)
-        lo, hi = stats.percentile_ci(x, q)
-        cells.append(with_ci(p, lo, hi, ms))
-    return cells
+    return [percentile_cell(x, level, q) for q in LATENCY_QS]
 
 
 def section_latency(ctx: ReportContext) -> list[str]:

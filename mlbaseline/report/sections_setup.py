@@ -18,33 +18,17 @@ from mlbaseline.report.context import (
     opt,
     table,
 )
-from mlbaseline.report.signals import Signal
+from mlbaseline.report.data import timestamp
 
 
 def section_summary(ctx: ReportContext) -> list[str]:
+    """The result files this report read (the fired signals lead the report, in the headline)."""
     lines = [SECTIONS[0], ""]
     rows = []
     for r, src in zip(ctx.results, ctx.sources, strict=True):
-        rows.append(
-            [r.kind, src.name if src else "(in memory)", r.status, r.verdict.status, r.created_at]
-        )
-    lines += table(["result", "file", "status", "verdict", "created (UTC)"], rows)
-    fired: dict[str, list[Signal]] = {}
-    for s in ctx.signals:
-        if s.fired:
-            fired.setdefault(s.name, []).append(s)
-    if fired:
-        lines.append(f"**{len(fired)} danger signal(s) fired** (details in the table below):")
-        for group in fired.values():
-            if len(group) == 1:
-                lines.append(f"- {group[0].title} — {group[0].message}")
-            else:
-                on = ", ".join(s.subject for s in group)
-                lines.append(f"- {group[0].title} — on {len(group)} subjects: {on}")
-    else:
-        lines.append("No danger signal fired (see [Danger signals](#danger-signals)).")
-    lines.append("")
-    return lines
+        name = src.name if src else "(in memory)"
+        rows.append([r.kind, name, r.status, r.verdict.status, timestamp(r.created_at)])
+    return lines + table(["result", "file", "status", "verdict", "created"], rows)
 
 
 def _environment(ctx: ReportContext) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from mlbaseline import stats
+from mlbaseline.comparison.advice import CLI, repeats_advice, source_of
 from mlbaseline.documents.data_throughput import Noise
 from mlbaseline.report.data import (
     Group,
@@ -95,6 +96,30 @@ SIGNAL_TITLES: dict[str, str] = {
     "contaminated": "Machine busy: other programs' CPU use above the limit",
 }
 
+# What to do when a signal fires, in one line (the report's headline lists fired signals with
+# it). A signal whose remedy depends on the result (cv: how to take more processes, named in
+# the terms its source offers) carries its own in `Signal.advice` instead.
+SIGNAL_ACTIONS: dict[str, str] = {
+    "data_wait": "the loader cannot keep up: more DataLoader workers (see the knee under "
+    "Data loading), faster decoding, or caching decoded samples",
+    "gpu_sawtooth": "the GPU repeatedly waits for work: look at data wait and host-to-device "
+    "copies in the stage breakdown",
+    "gpu_low": "the GPU idles most of the time: a larger batch, more loader workers, or fewer "
+    "host synchronisations in the step",
+    "tail_ratio": "the worst requests are dominated by queueing or pauses: lower the "
+    "concurrency or find the stall (GC, lazy initialisation) in the request stage split",
+    "cv": "more processes pin the median down, or a quieter machine",
+    "thermal": "the GPU slowed itself down: cool it or wait until it is idle and cool, then "
+    "measure again; figures from a throttled run are not a baseline",
+    "cpu_saturated": "the CPUs are the bottleneck: fewer loader workers than cores, or "
+    "lighter CPU-side transforms",
+    "residual": "part of the step is not timed by any stage: look for work outside the timed "
+    "blocks (logging, host syncs, metrics) in the training loop",
+    "percentile_floor": "send more requests (latency.requests) before reading the high percentiles",
+    "contaminated": "other programs shared the machine: measure again when it is idle; these "
+    "figures include their load",
+}
+
 
 @dataclass(frozen=True)
 class Signal:
@@ -107,10 +132,16 @@ class Signal:
     message: str
     subject: str = ""
     measured: bool = True
+    advice: str = ""  # what to do, where it depends on the result (else SIGNAL_ACTIONS)
 
     @property
     def title(self) -> str:
         return SIGNAL_TITLES.get(self.name, self.name)
+
+    @property
+    def action(self) -> str:
+        """What to do about this signal, in one line."""
+        return self.advice or SIGNAL_ACTIONS.get(self.name, "")
 
     @property
     def state(self) -> str:
@@ -119,7 +150,7 @@ class Signal:
         return "FIRED" if self.fired else "quiet"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "title": self.title, "state": self.state}
+        return {**asdict(self), "title": self.title, "state": self.state, "action": self.action}
 
 
 def _not_measured(name: str, why: str, threshold: float | None = None) -> Signal:
@@ -182,34 +213,49 @@ def replicates_for(cv: float, limit: float = CV_LIMIT) -> int:
     return stats.replicates_for_half_width(cv, limit)
 
 
+def _one_process_advice(result: Result, metric: str) -> str:
+    """How to measure the spread between processes, naming only what made `result` offers
+    (comparison.advice: `--repeats` for mlb throughput / mlb run, the user's own script for
+    the library API and Lightning); mlb dataloader has no `--repeats` at all."""
+    if metric.startswith("dataloader.") and source_of(result) == CLI:
+        return "mlb dataloader runs one process; run it again to see that spread"
+    return repeats_advice(source_of(result), 3)
+
+
 def cv_signals(results: Sequence[Result]) -> list[Signal]:
     out = []
     from mlbaseline.report.payloads import noise_records
 
-    noise = noise_records(results)
-    for _subject, metric in _cv_subjects(results):
-        reps = replicate_medians(metric)
-        values = [v for v in metric.values if np.isfinite(v)]
-        if len(reps) >= 2:
-            out.append(_replicate_cv_signal(metric.name, reps, noise.get(metric.name)))
-        elif len(values) >= 2:
-            cv = stats.summarize(values).cv
-            # only mlb throughput / mlb run take fresh-process replicates: advise what exists
-            how = (
-                "--repeats 3 or more measures it"
-                if not metric.name.startswith("dataloader.")
-                else "mlb dataloader runs one process; run it again to see that spread"
-            )
-            why = (
-                f"{metric.name}: one process only (in-process CV {cv:.1%} over {len(values)} "
-                "samples); the spread between processes, where most noise on a shared machine "
-                f"is, was not measured: {how}"
-            )
-            out.append(Signal("cv", False, None, CV_LIMIT, why, metric.name, measured=False))
+    for result in results:
+        noise = noise_records([result])
+        for _subject, metric in _cv_subjects([result]):
+            reps = replicate_medians(metric)
+            values = [v for v in metric.values if np.isfinite(v)]
+            if len(reps) >= 2:
+                how = repeats_advice(source_of(result), replicates_for(stats.summarize(reps).cv))
+                remedy = f"at this noise: {how}, or quiet the machine"
+                out.append(_replicate_cv_signal(metric.name, reps, noise.get(metric.name), remedy))
+            elif len(values) >= 2:
+                cv = stats.summarize(values).cv
+                why = (
+                    f"{metric.name}: one process only (in-process CV {cv:.1%} over {len(values)} "
+                    "samples); the spread between processes, where most noise on a shared "
+                    f"machine is, was not measured: {_one_process_advice(result, metric.name)}"
+                )
+                out.append(Signal("cv", False, None, CV_LIMIT, why, metric.name, measured=False))
     return out or [_not_measured("cv", "no throughput samples", CV_LIMIT)]
 
 
-def _replicate_cv_signal(name: str, reps: Sequence[float], noise: Noise | None = None) -> Signal:
+# What a fired cv signal means to the person reading it, in one sentence.
+NOT_REPRODUCIBLE_MEANS = (
+    "a rerun of this same code may land more than 3% away from these figures, so a compare "
+    "against this baseline cannot tell a change of a few percent from noise"
+)
+
+
+def _replicate_cv_signal(
+    name: str, reps: Sequence[float], noise: Noise | None, remedy: str
+) -> Signal:
     cv = stats.summarize(reps).cv
     half = stats.relative_t_half_width(cv, len(reps))
     msg = f"{name}: median ±{half:.1%} (95% CI) over {len(reps)} replicate medians (CV {cv:.1%})"
@@ -220,11 +266,9 @@ def _replicate_cv_signal(name: str, reps: Sequence[float], noise: Noise | None =
         )
     fired = half > CV_LIMIT
     if fired:
-        msg += (
-            f" — will not reproduce within ±3%; at this noise --repeats "
-            f"{replicates_for(cv)} would, or quiet the machine"
-        )
-    return Signal("cv", fired, half, CV_LIMIT, msg, name)
+        msg += f" — will not reproduce within ±3%: {NOT_REPRODUCIBLE_MEANS}; {remedy}"
+    advice = f"{NOT_REPRODUCIBLE_MEANS}; {remedy}" if fired else ""
+    return Signal("cv", fired, half, CV_LIMIT, msg, name, advice=advice)
 
 
 # ---------------------------------------------------------------- latency

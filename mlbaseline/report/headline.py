@@ -1,0 +1,252 @@
+"""The first screen of `baseline_report.md`: what was measured, the headline figures with their
+CIs, what this baseline can see (its MDE) in a sentence, and the danger signals that fired,
+each with what to do. Everything else (quiet signals, predictions, the method) is further down
+or collapsed; a reader who stops after this screen has the baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mlbaseline import stats
+from mlbaseline.comparison.advice import CLI, repeats_advice, source_of
+from mlbaseline.comparison.labels import names_of, run_label
+from mlbaseline.formatting import milliseconds as ms
+from mlbaseline.formatting import number as num
+from mlbaseline.formatting import percent as pct
+from mlbaseline.formatting import with_ci
+from mlbaseline.report import payloads
+from mlbaseline.report.context import ReportContext, table
+from mlbaseline.report.data import Group, all_groups, config_hash, estimate, finite, timestamp
+from mlbaseline.report.sections_findings import signal_value
+from mlbaseline.report.sections_performance import percentile_cell
+from mlbaseline.report.signals import Signal
+from mlbaseline.results import Result
+
+HEADLINE = "## At a glance"
+HEADLINE_QS = (50, 95)  # the latency percentiles a first screen shows (p99 is in the table)
+
+
+def _workload(ctx: ReportContext) -> Mapping[str, Any]:
+    """The measuring result's resolved workload (the throughput one, else any that has one)."""
+    ordered = ctx.of_kind("throughput") + ctx.results + ctx.runs
+    for r in ordered:
+        w = (r.config or {}).get("workload")
+        if isinstance(w, Mapping) and w:
+            return w
+    return {}
+
+
+def _shape(w: Mapping[str, Any], dataset: Mapping[str, Any]) -> str:
+    """'32×32 px images' or 'sequences of 16–512 tokens'."""
+    if w.get("task") == "text":
+        return f"sequences of {w.get('min_length', '?')}–{w.get('max_length', '?')} tokens"
+    side = dataset.get("image_size") or w.get("image_size")
+    return f"{side}×{side} px images" if side else "input size not recorded"
+
+
+def _dataset(ctx: ReportContext, w: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """'synthetic data (256 samples, 10 classes)', a folder, or the subset that was used."""
+    facts: Mapping[str, Any] = {}
+    for r in ctx.of_kind("throughput"):
+        data = payloads.throughput_data(r)
+        if data is not None and data.dataset is not None:
+            facts = data.dataset.model_dump()
+            break
+    name = str(w.get("dataset") or facts.get("type") or "dataset not recorded")
+    where = w.get("data_dir") or facts.get("root")
+    text = f"`{where}`" if where else f"{name} data"
+    parts = [f"{facts['len']} samples"] if facts.get("len") else []
+    if w.get("num_classes"):
+        parts.append(f"{w['num_classes']} classes")
+    if ctx.subset is not None and ctx.subset.samples:
+        parts.append(f"a subset of {ctx.subset.samples}" + _kl(ctx))
+    return text + (f" ({', '.join(parts)})" if parts else ""), facts
+
+
+def _kl(ctx: ReportContext) -> str:
+    """', mean KL 0.162 ≥ 0.05: fails': the subset's judgement against its full set."""
+    facts = ctx.subset
+    if facts is None or facts.kl_mean is None or facts.kl_threshold is None:
+        return ""
+    ok = facts.kl_mean < facts.kl_threshold
+    sign, word = ("<", "passes") if ok else ("≥", "fails")
+    return f", mean KL {num(facts.kl_mean)} {sign} {num(facts.kl_threshold)}: {word}"
+
+
+def _batch_sizes(ctx: ReportContext) -> str:
+    sizes = {g.batch_size for f in ("train", "infer") for g in all_groups(ctx.results, f)}
+    known = sorted(b for b in sizes if b is not None)
+    return ", ".join(map(str, known)) if known else "–"
+
+
+def _device(ctx: ReportContext) -> str:
+    for r in ctx.of_kind("throughput") + ctx.results:
+        env = r.environment or {}
+        blocking, info = env.get("blocking") or {}, env.get("informational") or {}
+        device = r.data.get("device") or blocking.get("device")
+        if device:
+            hw = blocking.get("gpu_name") or info.get("cpu_model") or blocking.get("cpu_model")
+            return f"{device}" + (f" ({hw})" if hw else "")
+    return "device not recorded"
+
+
+def _made_by(r: Result) -> str:
+    if source_of(r) != CLI:
+        model = ((r.config or {}).get("workload") or {}).get("model", "")
+        return f"the library API (`{model or r.data.get('name', '?')}`)"
+    profile = (r.config or {}).get("profile")
+    return f"`mlb {r.kind}" + (f" --profile {profile}`" if profile else "`")
+
+
+def _command(ctx: ReportContext) -> str:
+    """How the results were made: the mlb command(s) with their profile, or the library API;
+    a `run` stands for its phases. (A result records its resolved config, not its command
+    line: the config hash names what ran.)"""
+    phases = {p.get("kind") for r in ctx.runs for p in r.data.get("phases") or []}
+    made = [_made_by(r) for r in ctx.runs]
+    made += [_made_by(r) for r in ctx.results if r.kind not in phases]
+    return ", ".join(dict.fromkeys(made)) or "–"
+
+
+def _hashes(ctx: ReportContext) -> str:
+    """The config hash(es): one when every result ran one config, else each with its kinds."""
+    kinds: dict[str, list[str]] = {}
+    for r in ctx.results:
+        if r.config:
+            kinds.setdefault(config_hash(r)[:12], []).append(r.kind)
+    if len(kinds) == 1:
+        return f"`{next(iter(kinds))}`"
+    return ", ".join(f"`{h}` ({', '.join(dict.fromkeys(k))})" for h, k in kinds.items()) or "–"
+
+
+def measured_lines(ctx: ReportContext) -> list[str]:
+    """What was measured, in three lines a reader can check against what they meant to run."""
+    w = _workload(ctx)
+    data, facts = _dataset(ctx, w)
+    model = w.get("model") or "model not recorded"
+    times = [timestamp(r.created_at) for r in ctx.results if r.created_at]
+    when = f"{min(times)} – {max(times)}" if len(set(times)) > 1 else (times[0] if times else "–")
+    named = names_of([r.config for r in ctx.results])  # --name / --tag
+    return [
+        *([f"- **Run:** `{named}`"] if named else []),
+        f"- **Measured:** `{model}` on {data}, {_shape(w, facts)}, batch sizes "
+        f"{_batch_sizes(ctx)}, on {_device(ctx)}",
+        f"- **Made by:** {_command(ctx)}; config hash {_hashes(ctx)}, as `mlb history show` "
+        "gives it (the resolved config is in each result file)",
+        f"- **When:** {when}",
+        "",
+    ]
+
+
+def _file_label(ctx: ReportContext, r: Result, kind: str) -> str:
+    """' (file.json)' when several results of the kind are shown side by side, else ''; the
+    run's --name instead of the file's when it has one."""
+    if len(ctx.of_kind(kind)) < 2:
+        return ""
+    names = [run_label(o.config).name for o in ctx.of_kind(kind)]
+    name = run_label(r.config).name
+    if name and names.count(name) == 1:  # a name two results share tells them not apart
+        return f" ({name})"
+    # by identity: two files with the same content are equal Results, yet two rows
+    src = next((s for x, s in zip(ctx.results, ctx.sources, strict=True) if x is r), None)
+    return f" ({src.name})" if src else ""
+
+
+def _rate_and_time(g: Group) -> tuple[str, str]:
+    step = estimate(g.total.values) if g.total else None
+    rate = estimate(g.rate.values) if g.rate else None
+    time_cell = f"{with_ci(step.median, step.low, step.high, ms)} ms" if step else "–"
+    rate_cell = with_ci(rate.median, rate.low, rate.high) if rate else "–"
+    return time_cell, rate_cell
+
+
+def figure_rows(ctx: ReportContext) -> list[list[str]]:
+    """One row per training / inference batch size, latency level and the loader's knee."""
+    rows = []
+    for family, what in (("train", "training step"), ("infer", "inference batch")):
+        for r in ctx.of_kind("throughput"):
+            for g in all_groups([r], family):
+                label = f"{what}, batch {g.label}{_file_label(ctx, r, 'throughput')}"
+                rows.append([label, *_rate_and_time(g)])
+    for r in ctx.of_kind("latency"):
+        for g in all_groups([r], "latency"):
+            if g.total is None or not g.total.values:
+                continue
+            x, level = finite(g.total.values), payloads.latency_level(r, g.prefix)
+            where = f" ({g.level})" if g.level else ""
+            for q in HEADLINE_QS:
+                cell = f"{percentile_cell(x, level, q)} ms"
+                rows.append([f"latency p{q}{where}{_file_label(ctx, r, 'latency')}", cell, "–"])
+    knee = next((p for p in payloads.loader_sweep(ctx.of_kind("dataloader")) if p.is_knee), None)
+    if knee is not None:
+        what = f"{knee.label} workers" if not knee.variant else f"setting {knee.label}"
+        rows.append([f"data loading at the knee ({what})", "–",
+                     with_ci(knee.median, knee.low, knee.high)])  # fmt: skip
+    return rows
+
+
+def mde_sentence(ctx: ReportContext) -> str:
+    """What a compare against this baseline could see: the step's MDE from the noise between
+    processes (stats.noise), or why it cannot be known (one process), in the source's terms."""
+    results = ctx.of_kind("throughput")
+    if not results:
+        return (
+            "No training throughput result: this report cannot say how small a change a "
+            "compare of two runs like it could see."
+        )
+    noise = payloads.noise_records(results)
+    seen, power = [], None
+    for g in all_groups(results, "train"):
+        rec = noise.get(f"{g.prefix}.step")
+        if rec is not None and rec.mde is not None:
+            seen.append(f"{pct(rec.mde)} at batch {g.label} ({rec.processes} processes)")
+            power = rec.power
+    if seen:
+        return (
+            "**What it can see:** a compare of two runs like this one can tell a change in the "
+            f"training step of {', '.join(seen)} or more from noise; smaller changes it "
+            f"cannot see (the MDE, at power {pct(power, 0)}; per stage under Training stage "
+            "breakdown)."
+        )
+    r = results[0]
+    return (
+        "**What it can see:** unknown — each batch size ran in one process, so the noise "
+        "between processes (most of the noise on a shared machine) was not measured and a "
+        f"compare could give no verdict ({repeats_advice(source_of(r), _need(r))})."
+    )
+
+
+def _need(result: Result) -> int:
+    """The processes a side a comparison can judge (as comparison.judge advises)."""
+    compare = (result.config or {}).get("compare") or {}
+    return max(int(compare.get("min_replicates") or 0), stats.decision.min_decidable())
+
+
+def fired_lines(found: Sequence[Signal]) -> list[str]:
+    """One line per fired signal kind: its title, where it fired (value), and what to do."""
+    groups: dict[str, list[Signal]] = {}
+    for s in found:
+        if s.fired:
+            groups.setdefault(s.name, []).append(s)
+    if not groups:
+        checked = len(found)
+        return [f"**Danger signals:** none of the {checked} checks fired.", ""]
+    lines = [f"**Danger signals that fired ({len(groups)}):**", ""]
+    for group in groups.values():
+        where = ", ".join(f"{s.subject or 'run'} {signal_value(s)}" for s in group)
+        lines.append(f"- **{group[0].title}** ({where}): {group[0].action}.")
+    return [*lines, ""]
+
+
+def section_headline(ctx: ReportContext) -> list[str]:
+    lines = [HEADLINE, "", *measured_lines(ctx)]
+    rows = figure_rows(ctx)
+    if rows:
+        lines += table(["", "time, median [95% CI]", "samples/s [95% CI]"], rows)
+    else:
+        lines += ["No throughput, latency or data-loading figures in these results.", ""]
+    lines += [mde_sentence(ctx), ""]
+    lines += fired_lines(ctx.signals)
+    return lines
