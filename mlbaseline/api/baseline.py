@@ -10,7 +10,8 @@ clock, or CUDA events synchronized at the step's edges), and the step goes to th
 says the rule is met. A stage missing from a step counts 0 there; the residual (step −
 stages) is reported, as in `mlb throughput`. `save()` writes a `throughput` result
 (`train.bs{B}.*`, the same checks), so `mlb compare`, `mlb report` and the history read it
-like any other.
+like any other, and prints one summary line on stderr (`summary_line`: the path, the steps,
+why they stopped, the step median with its CI; `quiet=True` keeps it silent).
 
 Under torch.distributed (an initialized process group), every rank measures, rank 0's
 warm-up and stop decisions are broadcast each step (`runners.distributed`'s `agree`, so all
@@ -22,16 +23,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from mlbaseline import formatting as fmt
 from mlbaseline import stopping
+from mlbaseline.comparison.labels import check_label
 from mlbaseline.config import Config, build, deep_merge, nest, resolve
 from mlbaseline.envinfo import fingerprint
-from mlbaseline.errors import UsageError
+from mlbaseline.errors import ConfigError, UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.gpu import GpuProbe, default_probe
@@ -52,6 +56,15 @@ from mlbaseline.safewrite import check_target
 
 B = TypeVar("B")
 ENDED = "loop_ended"  # stop reason when the user's loop ended before the stop rule
+# why the loop stopped, in words (measure.loop.STOP_REASONS and ENDED)
+STOP_WORDS = {
+    "stable": "the stop rule was met (minimum time and steps, stable windows)",
+    "max_steps": "throughput.max_steps was reached before the windows were stable",
+    "max_time": "throughput.max_time_s was reached before the windows were stable",
+    "interrupted": "interrupted (Ctrl-C): the steps measured until then",
+    ENDED: "the loop ended before the stop rule was met (run more steps, or lower "
+    "throughput.min_steps / min_time_s)",
+}
 _NO_STEP = 0
 _AUTO = 1  # begun by bl.data(); ends at the step block's end or at the next next()
 _BLOCK = 2  # inside `with bl.step():`
@@ -99,8 +112,10 @@ class Baseline:
     The config is the CLI's (`config`: a `Config` or a YAML path; `profile`; `overrides` by
     dotted path, e.g. `{"throughput.min_time_s": 2}`): its throughput section is the warm-up
     and stop rule, its golden section the comparability keys. `stages`: the stage names in
-    the order the result lists them (default: as first seen). `clock`, `timer` and `probe`
-    are for tests."""
+    the order the result lists them (default: as first seen). `model`: what the result names
+    as `workload.model` (default `api:NAME`; the Lightning callback names the module's class).
+    `quiet`: no summary line when `save()` writes. `run_name` and `tags`: the run's label, as
+    `--name` / `--tag` give it on the CLI. `clock`, `timer` and `probe` are for tests."""
 
     def __init__(
         self,
@@ -118,10 +133,20 @@ class Baseline:
         stages: Iterable[str] = (),
         grad_accum: int | None = None,
         amp: str | None = None,
+        model: str | None = None,
+        quiet: bool = False,
+        run_name: str | None = None,
+        tags: Sequence[str] = (),
     ) -> None:
+        problems = check_label(run_name, tags, ("run_name", "tags"))
+        if problems:
+            raise ConfigError(problems[0])
         mine = {"workload.grad_accum": grad_accum, "workload.amp": amp, **(overrides or {})}
-        cfg = _config(name, batch_size, device, config, profile, mine)
-        self.name, self.cfg = name, cfg
+        # the run's label (mlb … --name / --tag): in history list, the report and compare
+        mine |= {"history.name": run_name, "history.tags": list(tags) or None}
+        cfg = _config(name, batch_size, device, config, profile, mine, model)
+        self.name, self.cfg, self.quiet = name, cfg, quiet
+        self.summary: str | None = None  # the line save() printed (or would have, quiet)
         self.device = resolve_device(cfg.workload.device)
         self.batch_size = cfg.golden.batch_size
         self.grad_accum = cfg.workload.grad_accum
@@ -354,8 +379,9 @@ class Baseline:
         """Write the result JSON (atomically; an existing file needs `force`) and, with
         telemetry on, the timeline beside it (`NAME.telemetry.csv`), then record it in the
         history store as every mlb command does (`history`: default `history.record`; a store
-        that cannot take it is a warning, the file is kept). Under torch.distributed call it
-        on every rank: rank 0 writes, the others return None."""
+        that cannot take it is a warning, the file is kept), and print the summary line on
+        stderr unless `quiet` (kept in `self.summary`). Under torch.distributed call it on
+        every rank: rank 0 writes, the others return None."""
         path = Path(path)
         writer = self._ranks is None or self._ranks.rank == 0
         if writer:  # before gathering: a name taken without force, or a device, is refused
@@ -375,7 +401,29 @@ class Baseline:
         write_result(result, path, force=force)
         if self.cfg.history.record if history is None else history:
             _record(path, self.cfg)
+        self.summary = summary_line(result, path, self.batch_size)
+        if not self.quiet:  # stderr: the user's own stdout stays theirs
+            print(self.summary, file=sys.stderr)
         return path
+
+
+def summary_line(result: Result, path: Path, batch_size: int) -> str:
+    """One line for the end of a run: the file written, the steps measured, why they stopped
+    and the step median with its CI (as Lightning's profiler summarises the end of `fit`)."""
+    entry = result.data.get("batch_sizes", {}).get(str(batch_size), {})
+    train = entry.get("train") or {}
+    reason = str(entry.get("stop_reason") or "")
+    why = STOP_WORDS.get(reason, reason or "unknown")
+    step = train.get("time_s") or {}
+    ci = fmt.with_ci(step.get("median"), step.get("ci_low"), step.get("ci_high"),
+                     fmt.milliseconds)  # fmt: skip
+    conf = train.get("confidence")
+    conf_text = f"{fmt.share_percent(conf)} CI" if conf is not None else "CI"
+    return (
+        f"mlb: wrote {path}: {train.get('measured_steps', 0)} steps measured after "
+        f"{train.get('warmup_steps', 0)} warm-up; stopped: {why}; step median {ci} ms "
+        f"({conf_text})"
+    )
 
 
 def _record(path: Path, cfg: Config) -> None:
@@ -409,10 +457,11 @@ def _config(
     config: Config | str | Path | None,
     profile: str | None,
     overrides: Mapping[str, Any],
+    model: str | None = None,
 ) -> Config:
     """The CLI's config (same precedence, same validation), with what the API knows better
-    set on it: the batch size, the device, the model (the user's, named `api:NAME`), and one
-    batch size trained in this process."""
+    set on it: the batch size, the device, the model (the user's: `model`, else named
+    `api:NAME`), and one batch size trained in this process."""
     if isinstance(config, Config):
         cfg = build(Config, _with(config.to_dict(), overrides))
     else:
@@ -420,7 +469,7 @@ def _config(
     size = batch_size or cfg.golden.batch_size
     mine = {
         "golden.batch_size": size,
-        "workload.model": f"api:{name}",
+        "workload.model": model or f"api:{name}",
         # the loop's device picks the timer (CUDA events on a GPU); without a config of the
         # user's the profile's (demo: cpu) would time a GPU loop with the host clock
         "workload.device": device or (cfg.workload.device if config else "auto"),
@@ -499,4 +548,4 @@ class _Ranks:
         return sorted(out, key=lambda p: p[0])
 
 
-__all__ = ["ENDED", "Baseline"]
+__all__ = ["ENDED", "STOP_WORDS", "Baseline", "summary_line"]

@@ -20,10 +20,15 @@ epoch loop's `_should_accumulate`): an epoch's last batch ends a shorter step to
 are the batches it had), and a validation run inside an accumulation stays in that step, timed
 as its stage `validation`; a mixed precision as `workload.amp`, a true one as
 `workload.dtype` (comparability keys, as for `mlb throughput`).
+The result names the LightningModule's class as its model (`lightning:pkg.module.Class`; a
+`model=` keyword says otherwise), and when it is written rank 0 prints one summary line on
+stderr: the path, the steps, why they stopped and what happens to the training now, the step
+median with its CI (`quiet=True`: none).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,15 @@ import torch
 from mlbaseline.api.baseline import Baseline
 
 STAGES = ("data_wait", "forward", "zero_grad", "backward", "optimizer")
+# what the training does once the result is written: the end of the summary line
+_GOES_ON = "training goes on, unmeasured (MlbCallback(stop_training=True) stops it here)"
+_STOPS = "training stopped here (stop_training=True)"
+
+
+def model_name(module: Any) -> str:
+    """The LightningModule's class as `workload.model`: `lightning:pkg.module.Class`."""
+    cls = type(module)
+    return f"lightning:{cls.__module__}.{cls.__qualname__}"
 
 
 def batch_size_of(batch: Any) -> int:
@@ -81,6 +95,8 @@ class MlbCallback(pl.Callback):
     ) -> None:
         self.path, self.name, self.batch_size = Path(path), name, batch_size
         self.force, self.stop_training = force, stop_training
+        # the callback prints its own line (with what the training does next): not Baseline's
+        self.quiet = bool(baseline_kwargs.pop("quiet", False))
         self.kwargs = baseline_kwargs
         self.baseline: Baseline | None = None
         self.saved: Path | None = None
@@ -132,7 +148,8 @@ class MlbCallback(pl.Callback):
             found = trainer_keys(trainer)
             kwargs = {**found, **self.kwargs}  # what the user says wins, key by key
             kwargs["overrides"] = {**found.get("overrides", {}), **self.kwargs.get("overrides", {})}
-            self.baseline = Baseline(self.name, size, device, stages=STAGES, **kwargs)
+            kwargs.setdefault("model", model_name(pl_module))
+            self.baseline = Baseline(self.name, size, device, stages=STAGES, quiet=True, **kwargs)
         bl = self.baseline
         if bl.done:
             return
@@ -170,9 +187,9 @@ class MlbCallback(pl.Callback):
         bl.end_step(self._samples)
         self._batches = self._samples = 0
         if bl.done:
-            self._save()
             if self.stop_training:
                 trainer.should_stop = True
+            self._save(_STOPS if self.stop_training else _GOES_ON)
             return
         bl.begin_step()  # the next step begins now: its first stage is the data wait
         self._switch("data_wait")
@@ -205,9 +222,16 @@ class MlbCallback(pl.Callback):
         else:
             bl.close()
 
-    def _save(self) -> None:
-        if self.baseline is not None and self.saved is None:
-            self.saved = self.baseline.save(self.path, force=self.force) or self.path
+    def _save(self, then: str = "") -> None:
+        """Write the result once (rank 0; every rank takes part in the gathering) and print
+        the summary line, `then` saying what the training does now."""
+        bl = self.baseline
+        if bl is None or self.saved is not None:
+            return
+        written = bl.save(self.path, force=self.force)
+        self.saved = written or self.path
+        if written is not None and bl.summary and not self.quiet:
+            print(bl.summary + (f"; {then}" if then else ""), file=sys.stderr)
 
 
-__all__ = ["STAGES", "MlbCallback", "batch_size_of", "trainer_keys"]
+__all__ = ["STAGES", "MlbCallback", "batch_size_of", "model_name", "trainer_keys"]
