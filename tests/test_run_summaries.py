@@ -144,6 +144,10 @@ def test_lightning_records_the_module_class_and_prints_why_it_stopped(tmp_path, 
     lines = [x for x in err.splitlines() if x.startswith("mlb: wrote")]
     assert len(lines) == 1 and STOP_WORDS["loop_ended"] in lines[0]
     assert fit("quiet.json", 12, quiet=True).count("mlb: wrote") == 0
+    # the rule met without stop_training: written there, and the line says training goes on
+    err = fit("on.json", 200)
+    lines = [x for x in err.splitlines() if x.startswith("mlb: wrote")]
+    assert len(lines) == 1 and "training goes on, unmeasured" in lines[0]
 
 
 # ------------------------------------------------------------------ mlb throughput's share line
