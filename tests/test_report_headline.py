@@ -164,11 +164,17 @@ def test_api_results_get_no_cli_only_advice(tmp_path, name):
 
 
 def test_two_results_are_labelled_by_file(tmp_path):
-    for name in ("a.json", "b.json"):
-        shutil.copy(GOLDEN / "throughput.json", tmp_path / name)
-    head = _headline(_markdown([tmp_path / "a.json", tmp_path / "b.json"]))
-    for name in ("a.json", "b.json"):
-        assert f"| training step, batch 16 ({name}) |" in head
+    """Two files of one name in two folders (two runs' throughput.json): each row names its
+    own, by the path tail that tells them apart; equal content is still two rows."""
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        shutil.copy(GOLDEN / "throughput.json", tmp_path / run / "throughput.json")
+    head = _headline(_markdown([tmp_path / "a/throughput.json", tmp_path / "b/throughput.json"]))
+    for run in ("a", "b"):
+        assert f"| training step, batch 16 ({run}/throughput.json) |" in head
+        assert f"| inference batch, batch 8 ({run}/throughput.json) |" in head
+    one = _headline(_markdown([GOLDEN / "throughput.json"]))
+    assert "| training step, batch 16 |" in one  # a single result needs no label
 
 
 def test_the_config_hash_is_the_history_s():

@@ -11,7 +11,7 @@ from typing import Any
 
 from mlbaseline import stats
 from mlbaseline.comparison.advice import CLI, repeats_advice, source_of
-from mlbaseline.comparison.labels import names_of, run_label
+from mlbaseline.comparison.labels import names_of
 from mlbaseline.formatting import milliseconds as ms
 from mlbaseline.formatting import number as num
 from mlbaseline.formatting import percent as pct
@@ -19,6 +19,7 @@ from mlbaseline.formatting import with_ci
 from mlbaseline.report import payloads
 from mlbaseline.report.context import ReportContext, table
 from mlbaseline.report.data import Group, all_groups, config_hash, estimate, finite, timestamp
+from mlbaseline.report.labels import series_labels
 from mlbaseline.report.sections_findings import signal_value
 from mlbaseline.report.sections_performance import percentile_cell
 from mlbaseline.report.signals import Signal
@@ -141,17 +142,14 @@ def measured_lines(ctx: ReportContext) -> list[str]:
 
 
 def _file_label(ctx: ReportContext, r: Result, kind: str) -> str:
-    """' (file.json)' when several results of the kind are shown side by side, else ''; the
-    run's --name instead of the file's when it has one."""
-    if len(ctx.of_kind(kind)) < 2:
-        return ""
-    names = [run_label(o.config).name for o in ctx.of_kind(kind)]
-    name = run_label(r.config).name
-    if name and names.count(name) == 1:  # a name two results share tells them not apart
-        return f" ({name})"
+    """' (LABEL)' when several results of the kind are shown side by side, else '': the run's
+    --name, else the shortest path tail that tells the files apart (report.labels, as the
+    tables and figures label them)."""
+    pairs = [(x, s) for x, s in zip(ctx.results, ctx.sources, strict=True) if x.kind == kind]
+    labels = series_labels([x for x, _ in pairs], [s for _, s in pairs])
     # by identity: two files with the same content are equal Results, yet two rows
-    src = next((s for x, s in zip(ctx.results, ctx.sources, strict=True) if x is r), None)
-    return f" ({src.name})" if src else ""
+    label = next((lab for (x, _), lab in zip(pairs, labels, strict=True) if x is r), "")
+    return f" ({label})" if label else ""
 
 
 def _rate_and_time(g: Group) -> tuple[str, str]:
