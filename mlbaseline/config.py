@@ -1,8 +1,8 @@
 """YAML → typed, frozen config objects; validation, profiles and precedence in one place.
 
 Precedence (highest first): CLI flag > YAML file > profile > built-in default. `resolve()` is the
-only function that applies it. Every field carries help text in its metadata; the README's config
-reference is generated from these fields (`config_reference()`), and a test keeps it current.
+only function that applies it. Every field carries help text in its metadata; docs/REFERENCE.md's
+config reference is generated from these fields (`config_reference()`), and a test keeps it current.
 """
 
 from __future__ import annotations
@@ -685,7 +685,7 @@ def iter_fields(cls: type = Config, prefix: str = "") -> typing.Iterator[tuple[s
 
 
 def config_reference() -> str:
-    """Markdown table of every config field; the README embeds it and a test checks it."""
+    """Markdown table of every config field; docs/REFERENCE.md embeds it and a test checks it."""
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for name, tp, default, help_text in iter_fields():
         shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
