@@ -54,7 +54,7 @@ def section_telemetry(ctx: ReportContext) -> list[str]:
     lines += table(["series", "mean", "max", "gaps"], rows)
     if not tel.has_gpu:
         lines += ["GPU kernel-active %: not measured (no GPU telemetry in this run).", ""]
-    lines += figure(ctx, "telemetry", "telemetry heat map over the run")
+    lines += figure(ctx, "telemetry", "telemetry: one line chart per series, phases as bands")
     return lines
 
 
