@@ -161,6 +161,12 @@ def test_api_results_get_no_cli_only_advice(tmp_path, name):
     md = _markdown([api])
     assert "--repeats" not in md and "run the script" in md
     assert "the library API" in _headline(md) and "`mlb throughput" not in _headline(md)
+    model = '"model": "' + str(result.config["workload"]["model"]) + '"'
+    lightning = tmp_path / f"lightning-{name}"
+    text = api.read_text(encoding="utf-8").replace(model, '"model": "lightning:demo.Net"')
+    lightning.write_text(text, encoding="utf-8")
+    md = _markdown([lightning])
+    assert "--repeats" not in md and "the Lightning callback (`demo.Net`)" in _headline(md)
 
 
 def test_two_results_are_labelled_by_file(tmp_path):

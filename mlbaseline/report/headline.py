@@ -95,7 +95,9 @@ def _device(ctx: ReportContext) -> str:
 
 def _made_by(r: Result) -> str:
     if source_of(r) != CLI:
-        model = ((r.config or {}).get("workload") or {}).get("model", "")
+        model = str(((r.config or {}).get("workload") or {}).get("model") or "")
+        if model.startswith("lightning:"):  # api.lightning names the LightningModule's class
+            return f"the Lightning callback (`{model.removeprefix('lightning:')}`)"
         return f"the library API (`{model or r.data.get('name', '?')}`)"
     profile = (r.config or {}).get("profile")
     return f"`mlb {r.kind}" + (f" --profile {profile}`" if profile else "`")
