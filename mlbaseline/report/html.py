@@ -172,7 +172,7 @@ _COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#
 
 def _scale(unit: str) -> tuple[float, str]:
     """Seconds drawn in milliseconds (as the PNG trend does); other units as they are."""
-    return (1e3, "ms") if unit == "s" else (1.0, unit)
+    return (1e3, "ms") if unit == "s" else (1.0, unit or "value")
 
 
 def _extent(lines: Sequence[Any], factor: float) -> tuple[float, float]:
@@ -187,13 +187,13 @@ def _extent(lines: Sequence[Any], factor: float) -> tuple[float, float]:
     return low - pad, high + pad
 
 
-def _point_title(run: str, line: Any, i: int, unit: str) -> str:
+def _point_title(name: str, run: str, line: Any, i: int, unit: str) -> str:
     lo, hi = line.lows[i], line.highs[i]
     ci = "" if lo is None or hi is None else f" [{value(lo, unit)}, {value(hi, unit)}]"
-    return f"{line.label}, run {run}: {value(line.medians[i], unit)}{ci}"
+    return f"{name}, run {run}: {value(line.medians[i], unit)}{ci}"
 
 
-def _series(n: int, line: Any, runs: Sequence[str], unit: str, xy: Any) -> list[str]:
+def _series(n: int, name: str, line: Any, runs: Sequence[str], unit: str, xy: Any) -> list[str]:
     colour = _COLOURS[n % len(_COLOURS)]
     pts = [xy(p, m) for p, m in zip(line.positions, line.medians, strict=True)]
     out = [f'<g class="series" data-line="{n}">']
@@ -203,8 +203,15 @@ def _series(n: int, line: Any, runs: Sequence[str], unit: str, xy: Any) -> list[
         + '"/>'
     )
     for i, (x, y) in enumerate(pts):
+        lo, hi = line.lows[i], line.highs[i]
+        if lo is not None and hi is not None:  # the 95% CI as a whisker behind the point
+            (_, y_lo), (_, y_hi) = xy(line.positions[i], lo), xy(line.positions[i], hi)
+            out.append(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y_lo:.1f}" y2="{y_hi:.1f}" '
+                f'stroke="{colour}" stroke-opacity=".4" stroke-width="3"/>'
+            )
         run = runs[line.positions[i]] if line.positions[i] < len(runs) else "?"
-        tip = html.escape(_point_title(run, line, i, unit))
+        tip = html.escape(_point_title(name, run, line, i, unit))
         dot = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}">'
         out.append(f"{dot}<title>{tip}</title></circle>")
     out.append("</g>")
@@ -212,32 +219,68 @@ def _series(n: int, line: Any, runs: Sequence[str], unit: str, xy: Any) -> list[
     out.append(
         f'<g class="key" data-line="{n}"><rect x="{_W - _RIGHT + 12}" y="{key_y - 9}" width="12" '
         f'height="12" fill="{colour}"/><text x="{_W - _RIGHT + 30}" y="{key_y + 1}">'
-        f"{html.escape(line.label)}</text></g>"
+        f"{html.escape(name)}</text></g>"
     )
     return out
 
 
+def _run_axis(view: Any, plot_w: float, xy: Any) -> list[str]:
+    """Run labels under the axis (at most ~10) and the change points as dashed lines."""
+    out = []
+    step = max(1, len(view.runs) // 10)
+    for pos in range(0, len(view.runs), step):
+        x, _ = xy(pos, 0.0)
+        out.append(
+            f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
+            f"{html.escape(view.runs[pos])}</text>"
+        )
+    out.append(
+        f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 6}" text-anchor="middle">'
+        "run (oldest → newest)</text>"
+    )
+    for mark in view.marks:  # between the last run before the change and the first after
+        x, _ = xy(mark.position - 0.5, 0.0)
+        kind = "suspected change (needs more runs)" if mark.suspected else "change point"
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP}" y2="{_H - _BOTTOM}" stroke="#c44e52" '
+            f'stroke-dasharray="{"2 3" if mark.suspected else "6 4"}"><title>'
+            f"{kind}: {html.escape(mark.label)}</title></line>"
+        )
+    return out
+
+
+def _line_unit(line: Any, view: Any) -> str:
+    # a line may carry its own unit (one axis per unit); else the view's
+    return str(getattr(line, "unit", "") or view.unit)
+
+
 def trend_svg(view: Any) -> str:
-    """The history trend (a `sections_history.HistoryView`) as inline SVG: a point per run
-    whose tooltip gives the run, the median and its 95% CI; click a legend entry to hide its
-    line. Empty when the view has no line."""
+    """The history trend (a `HistoryView`) as inline SVG, one chart per unit (never two units
+    on one axis): a point per run whose tooltip gives the run, the median and its 95% CI;
+    click a legend entry to hide its line. Empty when the view has no line."""
     lines = [ln for ln in view.lines if ln.medians]
     if not lines or not view.runs:
         return ""
-    factor, unit = _scale(view.unit)
+    units = list(dict.fromkeys(_line_unit(ln, view) for ln in lines))
+    charts = [_unit_svg(view, [ln for ln in lines if _line_unit(ln, view) == u], u) for u in units]
+    return "\n".join(charts)
+
+
+def _unit_svg(view: Any, lines: Sequence[Any], unit_name: str) -> str:
+    factor, unit = _scale(unit_name)
     low, high = _extent(lines, factor)
     span = max(1, len(view.runs) - 1)
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
-    def xy(pos: int, median: float) -> tuple[float, float]:
-        return (
-            _LEFT + plot_w * pos / span,
+    def xy(pos: float, median: float) -> tuple[float, float]:
+        return (  # 12 px inside the frame, so the first and last points are whole
+            _LEFT + 12 + (plot_w - 24) * pos / span,
             _TOP + plot_h * (1 - (median * factor - low) / (high - low)),
         )
 
     out = [
         f'<figure><svg class="trend" viewBox="0 0 {_W} {_H}" width="100%" role="img" '
-        f'aria-label="{html.escape(view.title)}">',
+        f'aria-label="{html.escape(view.title)} ({html.escape(unit)})">',
         f'<rect x="{_LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}" fill="none" '
         'stroke="#d0d7de"/>',
     ]
@@ -249,15 +292,16 @@ def trend_svg(view: Any) -> str:
         f'<text x="14" y="{_TOP + plot_h / 2:.1f}" transform="rotate(-90 14 '
         f'{_TOP + plot_h / 2:.1f})" text-anchor="middle">median ({html.escape(unit)})</text>'
     )
-    out.append(
-        f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 8}" text-anchor="middle">run (oldest → '
-        f"newest: {html.escape(view.runs[0])} … {html.escape(view.runs[-1])})</text>"
-    )
+    out += _run_axis(view, plot_w, xy)
+    series = list(dict.fromkeys(str(getattr(ln, "series", "")) for ln in lines))
     for n, line in enumerate(lines):
-        out += _series(n, line, view.runs, view.unit, xy)
+        # a metric in several comparable series: the series names the line apart
+        name = f"{line.label} ({line.series})" if len(series) > 1 else line.label
+        out += _series(n, name, line, view.runs, unit_name, xy)
     out.append("</svg>")
     out.append(
-        "<figcaption>Interactive: hover a point for its run, median and 95% CI; click a "
-        "legend entry to hide or show its line.</figcaption></figure>"
+        f"<figcaption>{html.escape(view.title)}, median ({html.escape(unit)}) per run. "
+        "Interactive: hover a point for its run, median and 95% CI; click a legend entry to "
+        "hide or show its line.</figcaption></figure>"
     )
     return "\n".join(out)
