@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar, get_type_hints
 
 import typer
-import typer.core
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -36,7 +35,10 @@ from rich.table import Table
 
 from mlbaseline import config as cfgmod
 from mlbaseline import safewrite, scratch, stopping
+from mlbaseline.cli import tables
 from mlbaseline.cli.app import app
+from mlbaseline.cli.helptext import PlainCommand, PlainGroup
+from mlbaseline.comparison.labels import check_label
 from mlbaseline.errors import ExitCode, MlbError, UsageError
 from mlbaseline.progress import NullProgress
 from mlbaseline.redact import redact_text
@@ -57,26 +59,9 @@ def opt(flag: str, help: str, **kw: Any) -> Any:
     return typer.Option(flag, help=help, show_default=False, **kw)
 
 
-def _untyped_flags(params: list[Any]) -> list[Any]:
-    for param in params:
-        if getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
-    return params
-
-
-class _Command(typer.core.TyperCommand):
-    """A command whose `--help` shows no `<bool>` type beside a flag (--json, --force,
-    --help …): a flag takes no value."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _untyped_flags(super().get_params(ctx))
-
-
-class CommandGroup(typer.core.TyperGroup):
-    """A command group (`mlb history`) whose `--help` shows no `<bool>` beside a flag either."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _untyped_flags(super().get_params(ctx))
+# every command and group spells its parameters as words in --help (see cli/helptext.py)
+_Command = PlainCommand
+CommandGroup = PlainGroup
 
 
 ConfigOpt = Annotated[
@@ -104,6 +89,7 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
+        metavar="KEY=VALUE",
         help="Override any config field: --set throughput.min_steps=32 (repeatable).",
         show_default=False,
     ),
@@ -115,6 +101,26 @@ NoHistoryOpt = Annotated[
     bool,
     typer.Option("--no-history", help="Do not record the result in the history (mlb history)."),
 ]
+NameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="Name this run: kept in the result, shown by history list, report and compare.",
+        show_default=False,
+        metavar="NAME",
+    ),
+]
+TagOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tag",
+        help="Tag this run (repeatable); `mlb history list --tag TAG` finds it.",
+        show_default=False,
+        metavar="TAG",
+    ),
+]
+# the commands that measure (and so take --name / --tag): their result is a run to label
+MEASURING = ("throughput", "latency", "dataloader", "env-check", "subset", "run", "ab")
 
 
 class RichProgress:
@@ -162,8 +168,15 @@ class Ui:
     quiet: bool
 
     def print(self, *objects: Any) -> None:
-        if not self.quiet:
-            self.console.print(*objects)
+        """Print on stderr unless --quiet; a table too wide for the terminal is stacked into
+        narrower ones (cli/tables.py), never cut."""
+        if self.quiet:
+            return
+        for obj in objects:
+            # a Group's tables (throughput's two) are fitted one by one
+            for item in obj.renderables if isinstance(obj, Group) else [obj]:
+                for part in tables.fit(self.console, item) if isinstance(item, Table) else [item]:
+                    self.console.print(part)
 
 
 def make_ui(quiet: bool) -> Ui:
@@ -287,10 +300,12 @@ def finish(result: Result, json_out: bool, ui: Ui) -> NoReturn:
     raise typer.Exit(int(exit_code_for(result)))
 
 
-def compact_table(title: str, caption: str | None = None) -> Table:
+def compact_table(title: str, caption: str | None = None, secondary: tuple[str, ...] = ()) -> Table:
     """A table for an 80-column log: a rule under the header, one space between columns and no
-    side borders, so that columns set `no_wrap` (figures, verdicts) fit uncut."""
-    return Table(
+    side borders, so that columns set `no_wrap` (figures, verdicts) fit uncut. `secondary`:
+    the headers of the columns that move to a second table when it is still too wide."""
+    return tables.StackTable(
+        secondary=secondary,
         title=title,
         caption=caption,
         title_justify="left",
@@ -339,6 +354,8 @@ class CommonOptions:
     show_config: bool = False
     no_history: bool = False
     data: Path | None = None
+    name: str | None = None  # --name / --tag, on the MEASURING commands
+    tags: list[str] | None = None
 
 
 DataAliasOpt = Annotated[
@@ -357,6 +374,19 @@ _SHARED = {
     "show_config": ShowConfigOpt,
     "no_history": NoHistoryOpt,
 }
+_LABEL = {"name": NameOpt, "tags": TagOpt}
+# what only a command that writes a result takes: the history's own commands (list, show,
+# trend, …) read the store, so a profile, a resolved config or --no-history mean nothing there
+_RESULT_ONLY = ("profile", "show_config", "no_history")
+StoreSetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a config field: --set history.store=other.sqlite (repeatable).",
+        show_default=False,
+    ),
+]
 _DEFAULTS = {f.name: f.default for f in fields(CommonOptions)}
 
 
@@ -367,8 +397,13 @@ def data_argument(help: str) -> Any:
     return Annotated[Path | None, typer.Argument(help=help, show_default=False, metavar="DATA")]
 
 
-def _shared_params(output: Any, output_default: Any, data: str | None) -> list[inspect.Parameter]:
-    annotations: dict[str, Any] = {**_SHARED, "output": output}
+def _shared_params(
+    output: Any, output_default: Any, data: str | None, measuring: bool = False, result: bool = True
+) -> list[inspect.Parameter]:
+    annotations: dict[str, Any] = {**_SHARED, "output": output, **(_LABEL if measuring else {})}
+    if not result:
+        annotations = {k: v for k, v in annotations.items() if k not in _RESULT_ONLY}
+        annotations["sets"] = StoreSetOpt
     if data is not None:
         annotations = {"data": data_argument(data), "data_alias": DataAliasOpt, **annotations}
     defaults = {**_DEFAULTS, "output": output_default, "data_alias": None}
@@ -379,13 +414,29 @@ def _shared_params(output: Any, output_default: Any, data: str | None) -> list[i
     ]
 
 
-def _common_from(kwargs: dict[str, Any]) -> CommonOptions:
-    """Take the shared options out of a command's keyword arguments."""
+def _common_from(kwargs: dict[str, Any], measuring: bool = False) -> CommonOptions:
+    """Take the shared options out of a command's keyword arguments (and --name / --tag of a
+    measuring command: another command may have options of those names)."""
     data, alias = kwargs.pop("data", None), kwargs.pop("data_alias", None)
     if data is not None and alias is not None and data != alias:
         raise UsageError(f"the data location is given twice: {data} and {alias}")
-    shared = {name: kwargs.pop(name) for name in _SHARED}
-    return CommonOptions(**shared, data=data if data is not None else alias)
+    shared = {name: kwargs.pop(name) for name in _SHARED if name in kwargs}
+    label = {name: kwargs.pop(name) for name in _LABEL} if measuring else {}
+    return CommonOptions(**shared, **label, data=data if data is not None else alias)
+
+
+def label_overrides(common: CommonOptions) -> dict[str, Any]:
+    """--name / --tag as config overrides (`history.name`, `history.tags`: comparison.labels
+    says why there); a blank name or a tag with a comma is a usage error."""
+    problems = check_label(common.name, common.tags)
+    if problems:
+        raise UsageError(problems[0])
+    out: dict[str, Any] = {}
+    if common.name is not None:
+        out["history.name"] = common.name
+    if common.tags:
+        out["history.tags"] = list(dict.fromkeys(common.tags))  # a tag given twice is one
+    return out
 
 
 def _own_params(cls: type) -> list[inspect.Parameter]:
@@ -411,6 +462,7 @@ def command(
     output_default: Any = None,
     data: str | None = None,
     on: typer.Typer | None = None,
+    result: bool = True,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register `fn(common)` or `fn(common, opts)` as `mlb NAME`.
 
@@ -420,17 +472,22 @@ def command(
     `output_default` replace --output's type and default). fn gets them as one
     `CommonOptions` and one options object; a tool error or Ctrl-C anywhere in it is one
     `Error:` line. `on`: the (sub-)app to register on, e.g. `mlb history`'s (default: `mlb`).
+    `result=False`: a command that writes no result (the history's own): no --profile,
+    --show-config or --no-history, and --set names a history field.
     """
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]  # not common
         cls = own[0].annotation if own and is_dataclass(own[0].annotation) else None
-        params = (_own_params(cls) if cls else own) + _shared_params(output, output_default, data)
+        measuring = on is None and name in MEASURING
+        shared = _shared_params(output, output_default, data, measuring, result)
+        params = (_own_params(cls) if cls else own) + shared
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> None:
             def body() -> None:
-                common = _common_from(kwargs)  # leaves the command's own options in kwargs
+                # leaves the command's own options in kwargs
+                common = _common_from(kwargs, measuring)
                 fn(common, cls(**kwargs)) if cls else fn(common, **kwargs)
 
             guarded(body)
@@ -461,6 +518,7 @@ def execute(
     the command wrote its own file, which `written` names; `finish` still runs. A measure that
     returns None has done its own output: exit 0. Every result file written is recorded in the
     history unless --no-history or `history.record: false`."""
+    overrides = {**(overrides or {}), **label_overrides(common)}
     cfg = load_config(common.config, common.profile, common.sets, overrides)
     if common.show_config:
         show_config(cfg)

@@ -37,6 +37,27 @@ class FailOn(StrEnum):
     never = "never"
 
 
+# --fail-on and --threshold: one spelling, choice list and help for compare and history gate
+FailOnOpt = Annotated[
+    FailOn | None,
+    typer.Option(
+        "--fail-on",
+        help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
+        "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
+        "also fail). never: exit 0 after any comparison.",
+        show_default=False,
+    ),
+]
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--threshold",
+        help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
+        "in compare.thresholds.",
+        show_default=False,
+    ),
+]
+
 _STYLE = {
     "regressed": "red",
     "improved": "green",
@@ -72,7 +93,8 @@ def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
     no cell wraps or is cut (reasons go to `notes`)."""
     conf = round(100 * doc["settings"]["confidence"])
     title = f"{doc['old']['label']} → {doc['new']['label']}"
-    table = compact_table(title, caption=CAPTION)
+    # too wide for the terminal: the verdict stays beside Δ, old / new / MDE go below
+    table = compact_table(title, caption=CAPTION, secondary=("old", "new", "MDE"))
     table.add_column("metric", no_wrap=True)  # never cut: a truncated name is useless
     adjusted = cmp.drift_adjusted(doc)  # then the adjusted Δ gets its own column (‡)
     headers = ("old", "new", "Δ%", f"{conf}% CI", *(("adj. Δ%",) if adjusted else ()), "p", "MDE")
@@ -146,16 +168,7 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
 class CompareOptions:
     old: Annotated[Path, typer.Argument(help="Baseline result JSON.", show_default=False)]
     new: Annotated[Path, typer.Argument(help="Candidate result JSON.", show_default=False)]
-    fail_on: Annotated[
-        FailOn | None,
-        typer.Option(
-            "--fail-on",
-            help="regressed: exit 1 on any regressed metric (default). any: exit 1 unless every "
-            "metric of OLD is unchanged or improved (inconclusive, not judged or missing from NEW "
-            "also fail). never: exit 0 after any comparison.",
-            show_default=False,
-        ),
-    ] = None
+    fail_on: FailOnOpt = None
     allow_mismatch: Annotated[
         bool,
         typer.Option(
@@ -164,15 +177,7 @@ class CompareOptions:
         ),
     ] = False
     allow: AllowOpt = None
-    threshold: Annotated[
-        float | None,
-        typer.Option(
-            "--threshold",
-            help="Practical threshold as a fraction (default 0.03 = 3%); per-metric overrides "
-            "in compare.thresholds.",
-            show_default=False,
-        ),
-    ] = None
+    threshold: ThresholdOpt = None
     markdown: Annotated[
         Path | None,
         typer.Option(

@@ -112,7 +112,9 @@ def _level_table(rows: list[dict[str, str]], width: int) -> Table:
     would be cut."""
     dropped: list[str] = []
     while True:
-        table = compact_table("latency per request, ms (CIs in the result file)")
+        # still too wide without them: the CI and the error count go to a table below
+        title = "latency per request, ms (CIs in the result file)"
+        table = compact_table(title, secondary=("p99 CI", "err"))
         columns = [c for c in COLUMNS if c not in dropped]
         for col in columns:
             table.add_column(col, justify="left" if col in ("level", "SLA") else "right")

@@ -40,11 +40,15 @@ def min_width(console: Console, table: Table) -> int:
 
 class StackTable(Table):
     """A table that names its less important columns (`secondary`, by header): when it must
-    be stacked, they are the ones moved to the table below."""
+    be stacked, they are the ones moved to the table below. `keys`: how many leading columns
+    name a row (repeated in every part), e.g. 2 for (batch size, part)."""
 
-    def __init__(self, *args: Any, secondary: tuple[str, ...] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, secondary: tuple[str, ...] = (), keys: int = 1, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.secondary = secondary
+        self.keys = keys
 
 
 def _part(table: Table, columns: list[int], first: bool) -> Table:
@@ -58,20 +62,22 @@ def _part(table: Table, columns: list[int], first: bool) -> Table:
 
 
 def _groups(console: Console, table: Table) -> list[list[int]]:
-    """Column indexes per part: the key (column 0) in each; the first part takes the primary
+    """Column indexes per part: the key columns in each; the first part takes the primary
     columns that fit, in order, and the rest (and every secondary column) follow."""
     secondary = set(getattr(table, "secondary", ()))
     headers = [str(c.header) for c in table.columns]
-    order = [i for i in range(1, len(headers)) if headers[i] not in secondary]
-    order += [i for i in range(1, len(headers)) if headers[i] in secondary]
+    keys = list(range(min(getattr(table, "keys", 1), len(headers) - 1)))
+    rest = range(len(keys), len(headers))
+    order = [i for i in rest if headers[i] not in secondary]
+    order += [i for i in rest if headers[i] in secondary]
     groups: list[list[int]] = []
-    current: list[int] = [0]
+    current: list[int] = list(keys)
     for i in order:
         demoted = headers[i] in secondary and not groups
         trial = _part(table, sorted([*current, i]), first=not groups)
-        if len(current) > 1 and (demoted or min_width(console, trial) > console.width):
+        if len(current) > len(keys) and (demoted or min_width(console, trial) > console.width):
             groups.append(current)
-            current = [0, i]
+            current = [*keys, i]
         else:
             current = sorted([*current, i])
     return [*groups, current]

@@ -24,6 +24,7 @@ from mlbaseline.cli.common import (
     opt,
     parse_int_list,
 )
+from mlbaseline.cli.tables import StackTable
 from mlbaseline.config import Config
 from mlbaseline.documents.data_throughput import Data, Noise, PartSummary
 from mlbaseline.errors import UsageError
@@ -85,14 +86,17 @@ def summary_table(result: Result) -> Group:
     """Two tables: per batch size and part, samples/s [95% CI], step ms, residual %, stop
     reason and peak memory; then each training stage's share of the step. Also used by
     `mlb run`."""
-    main = Table(title="throughput", title_justify="left")
+    # figures never wrap or cut: a terminal too narrow gets the stop reason and memory below
+    main = StackTable(
+        title="throughput", title_justify="left", keys=2, secondary=("stop", "peak mem")
+    )
     for col in ("bs", "part", "samples/s [95% CI]", "step ms", "resid %", "stop", "peak mem"):
-        main.add_column(col, justify="left" if col in ("part", "stop") else "right")
+        main.add_column(col, justify="left" if col in ("part", "stop") else "right", no_wrap=True)
     data = throughput_data(result)
     stages = data.stages if data is not None else []
-    shares = Table(title="share of the training step, %", title_justify="left")
+    shares = StackTable(title="share of the training step, %", title_justify="left", keys=2)
     for col in ("bs", "part", *(STAGE_ABBREV.get(s, s) for s in stages), "resid"):
-        shares.add_column(col, justify="left" if col == "part" else "right")
+        shares.add_column(col, justify="left" if col == "part" else "right", no_wrap=True)
     for key, part, info in _parts(result):
         label = PART_LABEL[part]
         if info.status in ("oom", "error"):
