@@ -222,3 +222,33 @@ def test_readme_yaml_example_is_a_valid_config(tmp_path: Path):
     cfg = resolve(config_file)  # raises ConfigError on an unknown key or a bad value
     assert cfg.workload.model == "mypkg.models:build_net"
     assert os.fspath(cfg.workload.data_dir).endswith("baseline_subset")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_anchors_name_existing_headings():
+    docs = {README_PATH: README, REFERENCE_PATH: REFERENCE}
+    slugs = {
+        path: {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+        for path, text in docs.items()
+    }
+    broken, checked = [], 0
+    for path, text in docs.items():
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            into = (path.parent / target).resolve() if target else path
+            if into in slugs:
+                checked += 1
+                if anchor not in slugs[into]:
+                    broken.append(f"{path.name}: {target}#{anchor}")
+    assert checked >= 8, "the reference's contents and the README's config link are checked"
+    assert not broken, f"links to headings that do not exist: {broken}"
+
+
+def test_slug_is_githubs():
+    assert _slug("Make targets and `make bench`") == "make-targets-and-make-bench"
+    assert _slug("Measuring your own training loop (library API)") == (
+        "measuring-your-own-training-loop-library-api"
+    )
