@@ -61,7 +61,7 @@ STOP_WORDS = {
     "stable": "the stop rule was met (minimum time and steps, stable windows)",
     "max_steps": "throughput.max_steps was reached before the windows were stable",
     "max_time": "throughput.max_time_s was reached before the windows were stable",
-    "interrupted": "interrupted (Ctrl-C): the steps measured until then",
+    "interrupted": "interrupted (Ctrl-C or a stop signal): the steps measured until then",
     ENDED: "the loop ended before the stop rule was met (run more steps, or lower "
     "throughput.min_steps / min_time_s)",
 }
