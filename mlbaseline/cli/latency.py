@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +24,9 @@ from mlbaseline.cli.common import (
 from mlbaseline.formatting import milliseconds
 from mlbaseline.results import Result
 from mlbaseline.runners.latency import fmt_ms, run_latency
+
+if TYPE_CHECKING:
+    from mlbaseline.documents.data_latency import Level
 
 
 @dataclass(frozen=True)
@@ -92,17 +95,19 @@ COLUMNS = ("level", "n", "p50", "p90", "p95", "p99", "p99 CI", "mean", "max", "e
 OPTIONAL = ("mean", "max")  # dropped, in this order, when the table would not fit the console
 
 
-def _rows(levels: dict[str, Any]) -> list[dict[str, str]]:
+def _rows(levels: dict[str, Level]) -> list[dict[str, str]]:
     rows = []
     for key, lv in levels.items():
-        st = lv.get("stats")
+        st = lv.stats
         row = dict.fromkeys(COLUMNS, "–") | {"level": key, "n": "0"}
-        row["err"] = str(lv["errors"]["count"])
-        row["SLA"] = "[green]ok[/green]" if lv["sla"]["met"] else "[red]MISS[/red]"
+        row["err"] = str(lv.errors.count)
+        row["SLA"] = "[green]ok[/green]" if lv.sla.met else "[red]MISS[/red]"
         if st is not None:
-            row |= {k: _ms(st[k]["value"]) for k in ("p50", "p90", "p95", "p99", "mean", "max")}
-            lo, hi = st["p99"]["ci"]
-            row |= {"n": str(st["n"]), "p99 CI": f"{milliseconds(lo, 2)}–{milliseconds(hi, 2)}"}
+            figures = {"p50": st.p50, "p90": st.p90, "p95": st.p95, "p99": st.p99}
+            figures |= {"mean": st.mean, "max": st.max}
+            row |= {k: _ms(v.value) for k, v in figures.items()}
+            lo, hi = st.p99.ci
+            row |= {"n": str(st.n), "p99 CI": f"{milliseconds(lo, 2)}–{milliseconds(hi, 2)}"}
         rows.append(row)
     return rows
 
@@ -131,16 +136,16 @@ def _width(table: Table) -> int:
     return Console(width=10_000).measure(table).maximum
 
 
-def _stage_table(levels: dict[str, Any]) -> Table:
+def _stage_table(levels: dict[str, Level]) -> Table:
     stages = compact_table("stage split, ms: median/p99")
     for col in ("level", "queue", "preprocess", "compute", "postprocess", "residual"):
         stages.add_column(col, justify="left" if col == "level" else "right", no_wrap=True)
     for key, lv in levels.items():
-        if lv.get("stats") is None:
+        if lv.stats is None:
             continue
         cells = [
-            f"{milliseconds(v['median'], 2)}/{milliseconds(v['p99'], 2)}"
-            for v in lv["stages"].values()
+            f"{milliseconds(v.median, 2)}/{milliseconds(v.p99, 2)}"
+            for v in (lv.stages or {}).values()
         ]
         stages.add_row(key, *cells)
     return stages
@@ -150,26 +155,28 @@ def render(result: Result, ui: Ui) -> None:
     """The distribution per level, the stage split, and the sweep/rate/omission lines."""
     if ui.quiet:
         return
-    levels = result.data.get("levels", {})
-    ui.print(_level_table(_rows(levels), ui.console.width))
-    ui.print(_stage_table(levels))
-    for key, lv in levels.items():
-        if lv["loop"] == "open":
+    from mlbaseline.documents.data_latency import Data
+    from mlbaseline.report.payloads import typed_data  # numpy: not at `mlb` startup
+
+    data = typed_data(result, Data)
+    ui.print(_level_table(_rows(data.levels), ui.console.width))
+    ui.print(_stage_table(data.levels))
+    for key, lv in data.levels.items():
+        if lv.loop == "open":
             ui.print(
-                f"{key}: target {lv['target_rate']:g} req/s (this schedule "
-                f"{lv['schedule_rate'] or 0:.3g}), achieved {lv['achieved_rate'] or 0:.3g} req/s, "
-                f"{lv['late_share'] or 0:.1%} of sends late "
-                f"(> {fmt_ms(lv['late_threshold_s'])} after schedule)"
+                f"{key}: target {lv.target_rate or 0:g} req/s (this schedule "
+                f"{lv.schedule_rate or 0:.3g}), achieved {lv.achieved_rate or 0:.3g} req/s, "
+                f"{lv.late_share or 0:.1%} of sends late "
+                f"(> {fmt_ms(lv.late_threshold_s)} after schedule)"
             )
-    sweep = result.data.get("sweep")
-    if sweep:
-        ui.print(f"sweep knee (highest concurrency meeting the SLA): {sweep['knee']}")
-    omission = result.data.get("coordinated_omission")
+    if data.sweep:
+        ui.print(f"sweep knee (highest concurrency meeting the SLA): {data.sweep.knee}")
+    omission = data.coordinated_omission
     if omission:
-        ratio = omission["ratio"]
+        ratio = omission.ratio
         ui.print(
-            f"open vs closed p99: {fmt_ms(omission['open_p99_s'])} vs "
-            f"{fmt_ms(omission['closed_p99_s'])}" + (f" ({ratio:.1f}×)" if ratio else "")
+            f"open vs closed p99: {fmt_ms(omission.open_p99_s)} vs "
+            f"{fmt_ms(omission.closed_p99_s)}" + (f" ({ratio:.1f}×)" if ratio else "")
         )
     for check in result.verdict.checks:
         colour = {"pass": "green", "warn": "yellow", "fail": "red"}.get(check.status, "dim")
