@@ -224,21 +224,21 @@ def _series(n: int, name: str, line: Any, runs: Sequence[str], unit: str, xy: An
     return out
 
 
-def _run_axis(view: Any, plot_w: float, xy: Any) -> list[str]:
+def _run_axis(runs: Sequence[str], marks: Sequence[Any], plot_w: float, xy: Any) -> list[str]:
     """Run labels under the axis (at most ~10) and the change points as dashed lines."""
     out = []
-    step = max(1, len(view.runs) // 10)
-    for pos in range(0, len(view.runs), step):
+    step = max(1, len(runs) // 10)
+    for pos in range(0, len(runs), step):
         x, _ = xy(pos, 0.0)
         out.append(
             f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
-            f"{html.escape(view.runs[pos])}</text>"
+            f"{html.escape(runs[pos])}</text>"
         )
     out.append(
         f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 6}" text-anchor="middle">'
         "run (oldest → newest)</text>"
     )
-    for mark in view.marks:  # between the last run before the change and the first after
+    for mark in marks:  # between the last run before the change and the first after
         x, _ = xy(mark.position - 0.5, 0.0)
         kind = "suspected change (needs more runs)" if mark.suspected else "change point"
         out.append(
@@ -255,18 +255,29 @@ def _line_unit(line: Any, view: Any) -> str:
 
 
 def trend_svg(view: Any) -> str:
-    """The history trend (a `HistoryView`) as inline SVG, one chart per unit (never two units
-    on one axis): a point per run whose tooltip gives the run, the median and its 95% CI;
-    click a legend entry to hide its line. Empty when the view has no line."""
+    """The history trend (a `HistoryView`) as inline SVG, one chart per result kind and unit
+    (never two units on one axis): a point per run whose tooltip gives the run, the median and
+    its 95% CI; click a legend entry to hide its line. Empty when the view has no line."""
     lines = [ln for ln in view.lines if ln.medians]
     if not lines or not view.runs:
         return ""
-    units = list(dict.fromkeys(_line_unit(ln, view) for ln in lines))
-    charts = [_unit_svg(view, [ln for ln in lines if _line_unit(ln, view) == u], u) for u in units]
+
+    def key(line: Any) -> tuple[str, str]:
+        return str(getattr(line, "kind", "")), _line_unit(line, view)
+
+    charts = []
+    keys = list(dict.fromkeys(key(ln) for ln in lines))
+    for kind, unit in keys:
+        title = f"{view.title} ({kind})" if kind and len({k for k, _ in keys}) > 1 else view.title
+        chosen = [ln for ln in lines if key(ln) == (kind, unit)]
+        marks = [m for m in view.marks if getattr(m, "kind", "") in ("", kind)]
+        charts.append(_unit_svg(view, chosen, unit, title, marks))
     return "\n".join(charts)
 
 
-def _unit_svg(view: Any, lines: Sequence[Any], unit_name: str) -> str:
+def _unit_svg(
+    view: Any, lines: Sequence[Any], unit_name: str, title: str, marks: Sequence[Any]
+) -> str:
     factor, unit = _scale(unit_name)
     low, high = _extent(lines, factor)
     span = max(1, len(view.runs) - 1)
@@ -280,7 +291,7 @@ def _unit_svg(view: Any, lines: Sequence[Any], unit_name: str) -> str:
 
     out = [
         f'<figure><svg class="trend" viewBox="0 0 {_W} {_H}" width="100%" role="img" '
-        f'aria-label="{html.escape(view.title)} ({html.escape(unit)})">',
+        f'aria-label="{html.escape(title)} ({html.escape(unit)})">',
         f'<rect x="{_LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}" fill="none" '
         'stroke="#d0d7de"/>',
     ]
@@ -292,7 +303,7 @@ def _unit_svg(view: Any, lines: Sequence[Any], unit_name: str) -> str:
         f'<text x="14" y="{_TOP + plot_h / 2:.1f}" transform="rotate(-90 14 '
         f'{_TOP + plot_h / 2:.1f})" text-anchor="middle">median ({html.escape(unit)})</text>'
     )
-    out += _run_axis(view, plot_w, xy)
+    out += _run_axis(view.runs, marks, plot_w, xy)
     series = list(dict.fromkeys(str(getattr(ln, "series", "")) for ln in lines))
     for n, line in enumerate(lines):
         # a metric in several comparable series: the series names the line apart
@@ -300,7 +311,7 @@ def _unit_svg(view: Any, lines: Sequence[Any], unit_name: str) -> str:
         out += _series(n, name, line, view.runs, unit_name, xy)
     out.append("</svg>")
     out.append(
-        f"<figcaption>{html.escape(view.title)}, median ({html.escape(unit)}) per run. "
+        f"<figcaption>{html.escape(title)}, median ({html.escape(unit)}) per run. "
         "Interactive: hover a point for its run, median and 95% CI; click a legend entry to "
         "hide or show its line.</figcaption></figure>"
     )
