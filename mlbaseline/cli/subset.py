@@ -43,44 +43,49 @@ def _fmt(value: Any, digits: int = 4) -> str:
 def _show(result: Result, ui: Ui, all_rows: bool) -> None:
     if ui.quiet:
         return
-    data = result.data
-    table = Table(title=f"subset plan: {data['strategy']}, n={data['n']}", title_justify="left")
-    for header in ("class", "images", "quota", "selected", "corrupt", "KL"):
-        table.add_column(header, justify="left" if header == "class" else "right")
-    rows = data.get("plan", [])
-    per_class = (data.get("kl") or {}).get("per_class", {})
+    from mlbaseline.documents.data_subset import Data
+    from mlbaseline.report.payloads import typed_data  # numpy: not at `mlb` startup
+
+    data = typed_data(result, Data)
+    table = Table(title=f"subset plan: {data.strategy}, n={data.n}", title_justify="left")
+    # the per-class KL is shown, not judged: the verdict is the mean KL (the line below)
+    for header in ("class", "images", "quota", "selected", "corrupt", "KL (info)"):
+        table.add_column(header, justify="left" if header == "class" else "right", no_wrap=True)
+    rows = data.plan or []
+    per_class = data.kl.per_class if data.kl is not None else {}
     shown = rows if all_rows else rows[:PLAN_ROWS_SHOWN]
     for row in shown:
         table.add_row(
-            row["class"],
-            str(row["images"]),
-            str(row["quota"]),
-            str(row.get("selected", "—")),
-            str(row.get("corrupt_excluded", "—")),
-            _fmt(per_class.get(row["class"])),
+            row.class_,
+            str(row.images),
+            str(row.quota),
+            "—" if row.selected is None else str(row.selected),
+            "—" if row.corrupt_excluded is None else str(row.corrupt_excluded),
+            _fmt(per_class.get(row.class_)),
         )
     if len(rows) > len(shown):
         table.add_row(f"… {len(rows) - len(shown)} more (see the result JSON)", "", "", "", "", "")
     ui.print(table)
-    index = data.get("index", {})
+    index = data.index
     ui.print(
-        f"{index.get('images', 0)} images in {index.get('classes', 0)} classes; "
-        f"{index.get('ignored_files', 0)} other files ignored"
+        f"{index.images if index else 0} images in {index.classes if index else 0} classes; "
+        f"{index.ignored_files if index else 0} other files ignored"
     )
-    if data.get("dry_run"):
+    if data.dry_run:
         ui.print("[dim]dry run: nothing decoded, nothing written[/dim]")
         return
-    for t in data.get("tries", []):
-        mark = "[green]pass[/green]" if t["passed"] else "[red]fail[/red]"
-        ui.print(f"seed {t['seed']}: mean KL {_fmt(t['kl_mean'])} {mark}")
-    kl = data.get("kl", {})
-    ui.print(
-        f"kept seed {data.get('seed')}: mean KL {_fmt(kl.get('mean'))} "
-        f"(threshold {kl.get('threshold')}), class-proportion KL "
-        f"{_fmt(kl.get('class_proportion'))}, reference {data['reference']['size']} images"
-    )
-    if data.get("output"):
-        ui.print(f"[dim]subset written to {data['output']}[/dim]")
+    for t in data.tries or []:
+        mark = "[green]pass[/green]" if t.passed else "[red]fail[/red]"
+        ui.print(f"seed {t.seed}: mean KL {_fmt(t.kl_mean)} {mark}")
+    kl, reference = data.kl, data.reference
+    if kl is not None and reference is not None:
+        ui.print(
+            f"kept seed {data.seed}: mean KL {_fmt(kl.mean)} (threshold {kl.threshold}; the "
+            f"verdict), class-proportion KL {_fmt(kl.class_proportion)}, reference "
+            f"{reference.size} images"
+        )
+    if data.output:
+        ui.print(f"[dim]subset written to {data.output}[/dim]")
 
 
 def _rebase_artifacts(result: Result, out_dir: Path, result_file: Path) -> Result:
