@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -446,7 +446,7 @@ def _run_once(
         account=watch.account,
         control=watch.control_metric(),
         trace=run.trace,
-        telemetry=_Telemetry(tele, telemetry_name if csv_path else None, owned),
+        telemetry=Telemetry(tele, telemetry_name if csv_path else None, owned),
     )
     return assemble(records, ending)
 
@@ -478,10 +478,13 @@ def _measure(run: SweepState, tele: TelemetrySampler | None, watch: _Watch) -> N
 
 
 @dataclass
-class _Telemetry:
-    sampler: TelemetrySampler | None
-    csv_name: str | None
-    owned: bool
+class Telemetry:
+    """The timeline a run recorded into (None: telemetry off), its CSV's name beside the
+    result (None: not written here), and whether this run started the sampler."""
+
+    sampler: TelemetrySampler | None = None
+    csv_name: str | None = None
+    owned: bool = False
 
 
 @dataclass
@@ -490,8 +493,8 @@ class Ending:
     control kernel's metric, the --trace windows, the telemetry timeline, and (replicates)
     the children's results and the between-sittings check."""
 
-    account: CpuAccount
-    telemetry: _Telemetry
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    account: CpuAccount | None = None  # None: the library API, whose process is the user's
     control: Metric | None = None
     trace: Any = None
     children: list[Result] | None = None
@@ -509,7 +512,8 @@ def assemble(records: Records, ending: Ending) -> Result:
         result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
     if ending.control is not None:
         result.add_metric(ending.control)
-    record_contamination(result, ending.account)
+    if ending.account is not None:
+        record_contamination(result, ending.account)
     if ending.trace is not None:  # --trace: the profiler's time per stage against mlb's
         for batch_size, stages in records.traced:
             ending.trace.finish(result, batch_size, stages)
@@ -554,7 +558,7 @@ def run_replicates(
     records.blocks["replicate_start"] = started
     ending = Ending(
         account=account,
-        telemetry=_Telemetry(tele, telemetry_name if csv_path else None, owned),
+        telemetry=Telemetry(tele, telemetry_name if csv_path else None, owned),
         children=children,
         sittings=lambda result: _between_sittings(result, cfg, plan),
     )
@@ -669,6 +673,9 @@ __all__ = [
     "DIST_STAGES",
     "TRAIN_STAGES",
     "ChildRun",
+    "Ending",
+    "Telemetry",
+    "assemble",
     "child_command",
     "finish_result",
     "make_sampler",

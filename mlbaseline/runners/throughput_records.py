@@ -53,7 +53,8 @@ class SizeRecord:
 class RunFacts:
     """What is known of a run before its first step: the head of the payload, and the config
     and environment the result is described by (`environment` is the fingerprint, which a
-    torchrun adds its node layout to)."""
+    torchrun adds its node layout to). The library API sets `source` and `name` and takes no
+    determinism or allocator settings (None: left out of the payload)."""
 
     config: dict[str, Any]
     environment: dict[str, Any]
@@ -61,15 +62,19 @@ class RunFacts:
     mode: str
     nproc: int
     repeats: int | str
-    determinism: dict[str, Any]
-    allocator: dict[str, Any]
+    determinism: dict[str, Any] | None
+    allocator: dict[str, Any] | None
     timer: str
     torch_threads: int
     stages: list[str]
     residual_limit: float
+    source: str | None = None
+    name: str | None = None
 
     def payload(self) -> dict[str, Any]:
-        return {
+        head = {
+            "source": self.source,
+            "name": self.name,
             "device": self.device,
             "mode": self.mode,
             "nproc": self.nproc,
@@ -81,6 +86,8 @@ class RunFacts:
             "stages": list(self.stages),
             "residual_limit": self.residual_limit,
         }
+        optional = ("source", "name", "determinism", "allocator")
+        return {k: v for k, v in head.items() if v is not None or k not in optional}
 
 
 @dataclass
