@@ -6,7 +6,7 @@ MLB := $(VENV)/bin/mlb
 STAMP := $(VENV)/.installed-stamp
 BENCH ?= all
 
-.PHONY: install test lint format demo bench gpu-check clean docs
+.PHONY: install test lint format demo bench gpu-check clean docs figures
 
 install: $(STAMP)
 
@@ -40,6 +40,10 @@ gpu-check: install
 
 clean:
 	rm -rf mlb-results .pytest_cache
+
+# docs/figures/*.png: each report figure drawn from the demo-like results the tests use (seconds)
+figures: install
+	$(PY) scripts/make_figures.py
 
 docs: install
 	$(PY) scripts/update_docs.py

@@ -12,10 +12,11 @@ from PIL import Image
 from test_report import GOLDEN, train_result
 
 from mlbaseline import config, stats
+from mlbaseline.formatting import percent as pct
 from mlbaseline.report import figures
-from mlbaseline.report.data import Group, Telemetry, groups, read_telemetry
+from mlbaseline.report.data import Group, Telemetry, groups, read_telemetry, stage_shares
 from mlbaseline.report.inputs import collect
-from mlbaseline.report.markdown import ms, stage_table
+from mlbaseline.report.markdown import stage_table
 from mlbaseline.report.render import FIGURE_NAMES, render_report
 
 
@@ -49,10 +50,16 @@ def test_forest_figure_has_the_style_size_and_grows_only_for_many_rows(tmp_path)
     assert size == figures.figure_px(40) and size[0] == 1600 and size[1] > 900
 
 
-def test_telemetry_figure_with_many_cores_keeps_the_width(tmp_path):
+def test_telemetry_figure_with_many_cores_keeps_the_size_and_draws_their_mean(tmp_path):
     t = np.arange(50) * 0.1
     tel = Telemetry(None, t, cpu_cores={f"cpu{i}": np.full(50, 50.0) for i in range(48)})
-    assert _size(figures.telemetry_figure(tel, tmp_path / "t.png")) == figures.figure_px(48)
+    assert _size(figures.telemetry_figure(tel, tmp_path / "t.png")) == figures.FIGURE_PX
+    fig = figures.draw_telemetry(tel)
+    try:
+        lines = [ln.get_gid() for ln in fig.axes[0].get_lines() if ln.get_gid()]
+    finally:
+        figures.plt.close(fig)
+    assert lines == ["line|cpu mean"]  # not 48 lines
 
 
 def test_style_fonts_are_readable_and_do_not_leak():
@@ -67,11 +74,11 @@ def test_style_fonts_are_readable_and_do_not_leak():
     assert figures.STYLE["font.size"] >= 12 and mpl.rcParams["font.size"] == before
 
 
-# ---------------------------------------------------------------- stages: the table's medians
+# ---------------------------------------------------------------- stages: the table's shares
 
 
-def _table_cells(gs: list[Group]) -> dict[tuple[str, str], str]:
-    """(group label, column) -> the "X ms" text of the Markdown stage table."""
+def _table_shares(gs: list[Group]) -> dict[tuple[str, str], str]:
+    """(group label, column) -> the "(12.3%)" share text of the Markdown stage table."""
     lines = [ln for ln in stage_table(gs, "batch size", lambda g: g.label) if ln.startswith("|")]
     split = lambda ln: [c.strip() for c in ln.strip("|").split("|")]  # noqa: E731
     headers = split(lines[0])
@@ -79,10 +86,9 @@ def _table_cells(gs: list[Group]) -> dict[tuple[str, str], str]:
     for ln in lines[2:]:
         cells = split(ln)
         for h, c in zip(headers[1:], cells[1:], strict=True):
-            col = "total" if h.startswith("total") else h.replace(" ", "_")
-            m = re.match(r"^(\S+) ms", c)
+            m = re.search(r"\(([^)]+%)\)", c)
             if m:
-                out[(cells[0], col)] = m.group(1)
+                out[(cells[0], h.replace(" ", "_"))] = m.group(1)
     return out
 
 
@@ -99,42 +105,37 @@ def _skewed_groups() -> list[Group]:
     return gs
 
 
-def test_stage_points_are_the_stage_tables_medians_not_means():
-    gs = _skewed_groups()
-    points = figures.stage_points(gs)
-    cells = _table_cells(gs)
-    plotted = {(p.group, p.stage): p for p in points}
-    assert set(plotted) == set(cells) and len(cells) >= 2 * 3
-    for key, text in cells.items():
-        assert ms(plotted[key].median) == text, key
-    fwd = plotted[("8", "forward")]
-    values = gs[0].stages["forward"].values
-    assert fwd.median == float(np.median(values)) != pytest.approx(float(np.mean(values)))
-    lo, hi = stats.median_ci(values)
-    assert (fwd.low, fwd.high) == (lo, hi) and lo <= fwd.median <= hi
+def test_stage_stacks_are_the_stage_tables_shares_of_the_median_step():
+    gs = [groups(train_result(n=60, b=b, data_wait=0.2))[f"train.bs{b}"] for b in (8, 16)]
+    stacks = figures.stage_stacks([figures.Series("", gs)])
+    cells = _table_shares(gs)
+    assert len(cells) >= 2 * 3
+    for st in stacks:
+        assert sum(st.shares.values()) == pytest.approx(1.0)
+        for stage, share in st.shares.items():
+            if stage != "residual":
+                assert pct(share) == cells[(st.label, stage)], (st.label, stage)
+    st8 = stacks[0]
+    step = gs[0].total.values
+    assert st8.step == float(np.median(step)) and (st8.low, st8.high) == stats.median_ci(step)
 
 
-def test_stage_figure_bars_are_the_plotted_medians():
-    gs = _skewed_groups()
-    fig = figures.draw_stages(gs, "t", "batch size")
-    try:
-        bars = {r.get_gid(): r.get_height() for r in fig.axes[0].patches if r.get_gid()}
-    finally:
-        figures.plt.close(fig)
-    points = figures.stage_points(gs)
-    assert set(bars) == {f"{p.group}|{p.stage}" for p in points}
-    for p in points:
-        assert bars[f"{p.group}|{p.stage}"] == pytest.approx(p.median * 1e3)
+def test_overlapping_stages_are_scaled_to_fit_the_step_without_a_residual():
+    gs = _skewed_groups()  # forward inflated, the step not: the stages add up past the step
+    st = figures.stage_stacks([figures.Series("", gs)])[0]
+    raw = stage_shares(gs[0])
+    assert sum(v for k, v in raw.items() if k != "residual") > 1.0
+    assert sum(st.shares.values()) == pytest.approx(1.0) and st.shares["residual"] == 0.0
 
 
-def test_golden_stage_figure_matches_the_golden_report_table():
+def test_golden_stage_stacks_match_the_golden_report_table():
     found = collect([GOLDEN])
     r = next(i.result for i in found.items if i.result.kind == "throughput")
     gs = [g for g in groups(r).values() if g.family == "train" and g.stages and g.total]
-    assert gs
-    cells = _table_cells(gs)
-    for p in figures.stage_points(gs):
-        assert ms(p.median) == cells[(p.group, p.stage)]
+    cells = _table_shares(gs)
+    for st in figures.stage_stacks([figures.Series("", gs)]):
+        for stage in (s for s in st.shares if s != "residual"):
+            assert pct(st.shares[stage]) == cells[(st.label, stage)]
 
 
 # ---------------------------------------------------------------- telemetry: phase bands

@@ -1,4 +1,5 @@
-"""`render_report`: results in, `baseline_report.md` and PNG figures out. Never measures.
+"""`render_report`: results in, `baseline_report.md` and PNG figures out (and, with `html`,
+`baseline_report.html`: the same Markdown converted, figures inline). Never measures.
 
 Writing is atomic per file: everything is rendered into a hidden temporary folder inside the
 output folder, then each figure and finally the Markdown are moved into place by the one safe
@@ -22,7 +23,7 @@ from mlbaseline.errors import OutputError, ResultFileError
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.report import figures as fig
 from mlbaseline.report import payloads
-from mlbaseline.report.data import Telemetry, all_groups, read_telemetry, telemetry_path
+from mlbaseline.report.data import Telemetry, read_telemetry, telemetry_path
 from mlbaseline.report.inputs import ReportInput
 from mlbaseline.report.markdown import ReportContext, render_markdown
 from mlbaseline.report.signals import (
@@ -37,6 +38,7 @@ from mlbaseline.safewrite import check_target, move_into_place, write_text
 
 REPORT_NAME = "baseline_report.md"
 COMPARE_NAME = "compare_report.md"
+HTML_SUFFIX = ".html"  # the HTML report sits beside the Markdown, named after it
 FIGURES_DIR = "figures"
 FIGURE_NAMES = ("throughput", "stages", "latency", "dataloader", "telemetry", "subset")
 
@@ -49,6 +51,7 @@ class ReportOutput:
     figures: list[Path]
     signals: list[Signal] = field(default_factory=list)
     predictions: list[Prediction] = field(default_factory=list)
+    html_path: Path | None = None  # written only when asked (`--html`)
 
     @property
     def fired(self) -> list[Signal]:
@@ -100,27 +103,27 @@ def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
     """The figures this data supports, name -> function drawing it into a path."""
     r = ctx.results
     jobs: dict[str, Callable[[Path], Path]] = {}
-    train = all_groups([x for x in r if x.kind == "throughput"], "train")
-    infer = all_groups([x for x in r if x.kind == "throughput"], "infer")
-    if any(g.rate for g in train + infer):
-        jobs["throughput"] = lambda p: fig.throughput_figure(train, infer, p)
-    staged = [g for g in train if g.stages and g.total]
-    if staged:
+    # one series per result file, labelled by run name or path (figures.result_series)
+    tput = [(x, s) for x, s in zip(r, ctx.sources, strict=True) if x.kind == "throughput"]
+    train = fig.result_series([x for x, _ in tput], [s for _, s in tput], "train")
+    infer = fig.result_series([x for x, _ in tput], [s for _, s in tput], "infer")
+    if any(g.rate for s in train + infer for g in s.groups):
+        jobs["throughput"] = lambda p: fig.throughput_figure(train, infer, p, [x for x, _ in tput])
+    staged = [fig.Series(s.name, [g for g in s.groups if g.stages and g.total]) for s in train]
+    if any(s.groups for s in staged):
         jobs["stages"] = lambda p: fig.stages_figure(
             staged, p, "Training step: stage breakdown", "batch size"
         )
-    lat = [g for g in all_groups([x for x in r if x.kind == "latency"], "latency") if g.total]
-    if lat:
-        sla = payloads.sla_p99([x for x in r if x.kind == "latency"])
+    lats = [(x, s) for x, s in zip(r, ctx.sources, strict=True) if x.kind == "latency"]
+    lat = fig.result_series([x for x, _ in lats], [s for _, s in lats], "latency")
+    if any(g.total for s in lat for g in s.groups):
+        sla = payloads.sla_p99([x for x, _ in lats])
         jobs["latency"] = lambda p: fig.latency_figure(lat, sla, p)
     loader_results = [x for x in r if x.kind == "dataloader"]
     points = payloads.loader_sweep(loader_results)
     if points:
         knee = payloads.loader_knee(loader_results, points)
-        sweep = [
-            fig.SweepPoint(pt.label, pt.workers, pt.median, pt.low, pt.high, pt.split_ms)
-            for pt in points
-        ]
+        sweep = fig.sweep_points(loader_results, points)
         jobs["dataloader"] = lambda p: fig.dataloader_figure(sweep, knee, p)
     if ctx.telemetry is not None and ctx.telemetry.n:
         tel = ctx.telemetry
@@ -160,6 +163,14 @@ def _make_tmp(out_dir: Path) -> Path:
         raise OutputError(f"{out_dir}: cannot write ({exc.strerror or exc})") from None
 
 
+@dataclass(frozen=True)
+class HtmlPage:
+    """Asks `_write` for the HTML report too; `after(fig_rel)`: raw HTML to place after a
+    figure, by its relative path (the interactive history trend)."""
+
+    after: Callable[[dict[str, str]], dict[str, str]] = lambda fig_rel: {}
+
+
 def _write(
     out_dir: Path,
     name: str,
@@ -167,28 +178,37 @@ def _write(
     markdown: Callable[[dict[str, str]], str],
     force: bool,
     progress: Progress,
-) -> tuple[Path, list[Path]]:
-    """Draw the figures and the Markdown into a temp folder, then publish them."""
+    page: HtmlPage | None = None,
+) -> tuple[Path, list[Path], Path | None]:
+    """Draw the figures and the Markdown (and the HTML page, from that Markdown and the drawn
+    figures) into a temp folder, then publish them."""
     md_path = out_dir / name
+    html_name = Path(name).with_suffix(HTML_SUFFIX).name if page is not None else None
     fig_rel = {k: f"{FIGURES_DIR}/{k}.png" for k in jobs}
-    _check_free([md_path, *(out_dir / v for v in fig_rel.values())], force)
+    pages = [name] if html_name is None else [html_name, name]
+    _check_free([*(out_dir / p for p in pages), *(out_dir / v for v in fig_rel.values())], force)
     tmp = _make_tmp(out_dir)
     try:
         with progress.task("drawing figures", total=len(jobs) + 1) as task:
             for key, job in jobs.items():
                 job(tmp / fig_rel[key])
                 task.advance()
-            write_text(tmp / name, markdown(fig_rel))
+            text = markdown(fig_rel)
+            write_text(tmp / name, text)
+            if page is not None and html_name is not None:
+                from mlbaseline.report.html import markdown_to_html
+
+                write_text(tmp / html_name, markdown_to_html(text, tmp, page.after(fig_rel)))
             task.advance()
         figs = _publish(tmp, out_dir, list(fig_rel.values()), force)
-        # the Markdown last: it is complete only with its figures
-        _publish(tmp, out_dir, [name], force)
+        # the Markdown last: it is complete only with its figures (the HTML needs none)
+        _publish(tmp, out_dir, pages, force)
     except OSError as exc:
         raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc})") from None
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
-    return md_path, figs
+    return md_path, figs, None if html_name is None else out_dir / html_name
 
 
 def _manifest(
@@ -264,6 +284,7 @@ def render_report(
     force: bool = False,
     progress: Progress | None = None,
     history: Any = None,
+    html: bool = False,
 ) -> ReportOutput:
     """Write `out_dir/baseline_report.md` and `out_dir/figures/*.png` for these results.
 
@@ -271,8 +292,9 @@ def render_report(
     relative to. Plain results resolve `artifacts["telemetry"]` against `result_dir`;
     `telemetry_csv` overrides both. `run` results only group phases and are not rendered
     themselves. `history`: the series they belong to (report.sections_history.HistoryView,
-    from the history store; the report never reads the store itself). Raises
-    OutputExistsError when a report file exists and not `force`.
+    from the history store; the report never reads the store itself). `html`: also write
+    `baseline_report.html` (self-contained, figures inline). Raises OutputExistsError when a
+    report file exists and not `force`.
     """
     progress = progress or NullProgress()
     ctx = build_context(
@@ -285,8 +307,16 @@ def render_report(
         ctx.figures = fig_rel
         return render_markdown(ctx)
 
-    md, figs = _write(Path(out_dir), REPORT_NAME, jobs, markdown, force, progress)
-    return ReportOutput(md, figs, ctx.signals, ctx.predictions)
+    def after(fig_rel: dict[str, str]) -> dict[str, str]:
+        if "history" not in fig_rel:
+            return {}
+        from mlbaseline.report.html import trend_svg
+
+        return {fig_rel["history"]: trend_svg(history)}
+
+    page = HtmlPage(after) if html else None
+    md, figs, page_path = _write(Path(out_dir), REPORT_NAME, jobs, markdown, force, progress, page)
+    return ReportOutput(md, figs, ctx.signals, ctx.predictions, page_path)
 
 
 # ---------------------------------------------------------------- compare
@@ -330,9 +360,11 @@ def render_compare_report(
     *,
     force: bool = False,
     progress: Progress | None = None,
+    html: bool = False,
 ) -> ReportOutput:
     """Write `out_dir/compare_report.md` (compare's verdict table and attribution, via
-    `mlbaseline.report.comparison.render_markdown`) and a forest plot of every judged metric."""
+    `mlbaseline.report.comparison.render_markdown`) and a forest plot of every judged metric
+    (with `html`, `compare_report.html` too)."""
     from mlbaseline.report.comparison import render_markdown as compare_markdown
 
     progress = progress or NullProgress()
@@ -357,5 +389,6 @@ def render_compare_report(
             lines += ["_Not measured: no metric was judged._", ""]
         return "\n".join(lines)
 
-    md, figs = _write(Path(out_dir), COMPARE_NAME, jobs, markdown, force, progress)
-    return ReportOutput(md, figs)
+    page = HtmlPage() if html else None
+    md, figs, page_path = _write(Path(out_dir), COMPARE_NAME, jobs, markdown, force, progress, page)
+    return ReportOutput(md, figs, html_path=page_path)
