@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from rich.table import Table
 
@@ -12,6 +12,9 @@ from mlbaseline.cli.common import CommonOptions, Ui, command, execute, opt, pars
 from mlbaseline.config import Config
 from mlbaseline.results import Result, load_result
 from mlbaseline.runners.dataloader import run_dataloader
+
+if TYPE_CHECKING:
+    from mlbaseline.documents.data_dataloader import Data, Rate, Setting
 
 DATA_HELP = "Image-folder root (DIR/CLASS/IMAGE); default: a generated synthetic tree."
 
@@ -76,12 +79,12 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def _rate(entry: dict[str, Any], with_ci: bool = True) -> str:
+def _rate(entry: Rate | None, with_ci: bool = True) -> str:
     """'5,521 ±2%': the median and the larger half-width of its CI, relative."""
-    med = entry.get("median")
-    if med is None:
+    med = entry.median if entry is not None else None
+    if entry is None or med is None:
         return "–"
-    lo, hi = entry.get("ci") or (None, None)
+    lo, hi = entry.ci
     if not with_ci or lo is None or hi is None or med <= 0:
         return _num(med)
     return f"{_num(med)} ±{max(hi - med, med - lo) / med:.0%}"
@@ -97,41 +100,40 @@ def _bytes(n: float | None) -> str:
     return str(n)  # pragma: no cover
 
 
-def _name(row: dict[str, Any], knee: int | None) -> str:
-    name = f"w{row['workers']}{' pin' if row['pin_memory'] else ''} {row['cache']}"
-    return name + (" ◀" if row["workers"] == knee and row["cache"] == "warm" else "")
+def _name(row: Setting, knee: int | None) -> str:
+    name = f"w{row.workers}{' pin' if row.pin_memory else ''} {row.cache}"
+    return name + (" ◀" if row.workers == knee and row.cache == "warm" else "")
 
 
-def _tables(data: dict[str, Any]) -> tuple[Table, Table]:
-    knee = (data.get("knee") or {}).get("workers")
+def _tables(data: Data) -> tuple[Table, Table]:
+    knee = data.knee.workers if data.knee is not None else None
     rates = Table(
-        title=f"throughput, batch {data.get('batch_size')} (startup in ms)", title_justify="left"
+        title=f"throughput, batch {data.batch_size} (startup in ms)", title_justify="left"
     )
-    for col in ("setting", "samples/s ±CI", "batches/s", "startup", "CPU", "read", "disk", "bad"):
-        rates.add_column(col, justify="left" if col == "setting" else "right")
-    stages = Table(
-        title=f"median per sample / per batch, ms ({data.get('split')})", title_justify="left"
-    )
+    # figures never wrap; the long headers take two lines instead, to fit 80 columns
+    for col in ("setting", "samples/s\n±CI", "batches\n/s", "startup", "CPU", "read", "disk"):
+        rates.add_column(col, justify="left" if col == "setting" else "right", no_wrap=True)
+    rates.add_column("bad", justify="right", no_wrap=True)
+    stages = Table(title=f"median per sample / per batch, ms ({data.split})", title_justify="left")
     for col in ("setting", "read", "decode", "transform", "sample", "collate", "batch wait"):
-        stages.add_column(col, justify="left" if col == "setting" else "right")
-    for row in data.get("settings", []):
+        stages.add_column(col, justify="left" if col == "setting" else "right", no_wrap=True)
+    for row in data.settings:
         name = _name(row, knee)
-        if row["status"] != "ok":
-            rates.add_row(name, f"[red]{row['status']}[/red]", *["–"] * 6)
+        if row.status != "ok":
+            rates.add_row(name, f"[red]{row.status}[/red]", *["–"] * 6)
             continue
-        io = row.get("io") or {}
-        util = row.get("cpu_util")
+        util = row.cpu_util
         rates.add_row(
             name,
-            _rate(row["samples_per_s"]),
-            _rate(row["batches_per_s"], with_ci=False),
-            _ms(row.get("startup_s")),
+            _rate(row.samples_per_s),
+            _rate(row.batches_per_s, with_ci=False),
+            _ms(row.startup_s),
             "–" if util is None else f"{util:.0%}",
-            _bytes(io.get("rchar")),
-            _bytes(io.get("read_bytes")),
-            str(row["failed_samples"]),
+            _bytes(row.io.rchar if row.io else None),
+            _bytes(row.io.read_bytes if row.io else None),
+            str(row.failed_samples),
         )
-        st = row["stage_median_s"]
+        st = row.stage_median_s or {}
         keys = ("read", "decode", "transform", "sample", "collate", "batch")
         stages.add_row(name, *(_ms(st.get(k)) for k in keys))
     return rates, stages
@@ -141,22 +143,24 @@ def render(result: Result, ui: Ui) -> None:
     """The sweep tables, then recommendation, input-bound verdict and skipped files."""
     if ui.quiet:
         return
-    data = result.data
+    from mlbaseline.documents.data_dataloader import Data
+    from mlbaseline.report.payloads import typed_data  # numpy: not at `mlb` startup
+
+    data = typed_data(result, Data)
     for table in _tables(data):
         ui.print(table)
-    level = data.get("confidence", 0.95)
+    level = data.confidence if data.confidence is not None else 0.95
     ui.print(
         f"[dim]◀ knee; ±CI: {level:.0%} bootstrap CI of the median; read: bytes returned by "
         "read calls (rchar); disk: fetched from storage[/dim]"
     )
-    if data.get("recommendation"):
-        ui.print(f"[bold]recommendation:[/bold] {data['recommendation']}")
-    bound = data.get("input_bound")
-    if bound and bound.get("message"):
-        colour = {"none": "green", "moderate": "yellow", "high": "red"}.get(bound.get("level"), "")
-        ui.print(f"[{colour or 'dim'}]input-bound:[/{colour or 'dim'}] {bound['message']}")
-    corrupt = data.get("corrupt") or {}
-    for entry in corrupt.get("files", [])[:10]:
-        ui.print(f"[yellow]skipped[/yellow] {entry['path'] or entry['index']}: {entry['error']}")
-    if corrupt.get("count", 0) > 10:
-        ui.print(f"… and {corrupt['count'] - 10} more (all listed in the result file)")
+    if data.recommendation:
+        ui.print(f"[bold]recommendation:[/bold] {data.recommendation}")
+    bound = data.input_bound
+    if bound and bound.message:
+        colour = {"none": "green", "moderate": "yellow", "high": "red"}.get(bound.level or "", "")
+        ui.print(f"[{colour or 'dim'}]input-bound:[/{colour or 'dim'}] {bound.message}")
+    for entry in data.corrupt.files[:10]:
+        ui.print(f"[yellow]skipped[/yellow] {entry.path or entry.index}: {entry.error}")
+    if data.corrupt.count > 10:
+        ui.print(f"… and {data.corrupt.count - 10} more (all listed in the result file)")
