@@ -41,6 +41,7 @@ from mlbaseline.report.figures_telemetry import (
     phase_spans,
     telemetry_figure,
 )
+from mlbaseline.report.payloads import LoaderPoint
 from mlbaseline.results import Result
 
 _save = save  # the name sections_history imported before the split
@@ -294,20 +295,19 @@ class SweepPoint:
     split: Mapping[str, tuple[float, float, float]]  # stage -> ms per sample (median, low, high)
 
 
-def sweep_points(results: Sequence[Result], points: Sequence[object]) -> list[SweepPoint]:
+def sweep_points(results: Sequence[Result], points: Sequence[LoaderPoint]) -> list[SweepPoint]:
     """The chart's points from the report's loader sweep (payloads.LoaderPoint: label, workers,
     samples/s CI, prefix): each stage's per-sample median and CI from the group's raw values."""
     by_prefix = {g.prefix: g for r in results for g in all_groups([r], "dataloader")}
     out = []
     for p in points:
-        g = by_prefix.get(getattr(p, "prefix", ""))
+        g = by_prefix.get(p.prefix)
         split: dict[str, tuple[float, float, float]] = {}
         for name, m in (g.stages if g is not None else {}).items():
             e = estimate(m.values)
             if e is not None:
                 split[name] = (e.median * 1e3, e.low * 1e3, e.high * 1e3)
-        args = (p.label, p.workers, p.median, p.low, p.high)  # type: ignore[attr-defined]
-        out.append(SweepPoint(*args, split))
+        out.append(SweepPoint(p.label, p.workers, p.median, p.low, p.high, split))
     return out
 
 
