@@ -24,6 +24,7 @@ from mlbaseline.cli.common import (
     command,
     compact_table,
     execute,
+    label_overrides,
     load_config,
     opt,
 )
@@ -238,7 +239,8 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
 
     def prepare(cfg: Config) -> None:
         for arm, extra in (("a", o.set_a), ("b", o.set_b)):
-            arms[arm] = load_config(common.config, common.profile, _arm_sets(common, extra))
+            sets = _arm_sets(common, extra)
+            arms[arm] = load_config(common.config, common.profile, sets, label_overrides(common))
 
     from mlbaseline.runners.ab import run_ab
     from mlbaseline.runners.ab_process import arm_paths, run_ab_processes

@@ -24,7 +24,7 @@ from mlbaseline.cli.common import (
     execute,
     opt,
 )
-from mlbaseline.cli.compare import AllowOpt
+from mlbaseline.cli.compare import AllowOpt, FailOnOpt, ThresholdOpt
 from mlbaseline.config import Config
 from mlbaseline.formatting import interval_percent, p_value, signed_percent, value
 from mlbaseline.results import Result
@@ -35,7 +35,8 @@ history_app = typer.Typer(
     cls=CommandGroup,
     help=(
         "The baseline history: every result mlb writes is recorded in a store (SQLite file "
-        "mlb-results/history.sqlite, or PostgreSQL through MLB_HISTORY=postgresql://…).\n\n"
+        "mlb-results/history.sqlite in the project's root, the nearest folder up with .git or "
+        "pyproject.toml; or PostgreSQL through MLB_HISTORY=postgresql://…).\n\n"
         "Example: mlb history check   (change points per stage over the comparable runs)"
     ),
     no_args_is_help=True,
@@ -63,8 +64,9 @@ def _query(o: Any, with_metric: bool = False) -> Any:
     """The record filters every listing command shares (see Kind, Branch, Since, …)."""
     from mlbaseline.runners import history as hist
 
-    names = ("kind", "branch", "since", "fingerprint", "last")
-    filters = {name: getattr(o, name) for name in names}
+    names = ("kind", "branch", "since", "fingerprint", "last", "name", "tag")
+    # --name / --tag: only `list` has them (None elsewhere)
+    filters = {name: getattr(o, name, None) for name in names}
     return hist.query(**filters, metric=o.metric if with_metric else None)
 
 
@@ -93,13 +95,25 @@ class ListOptions:
     since: Since = None
     fingerprint: Fingerprint = None
     last: Last = None
+    name: Annotated[OptStr, opt("--name", "Only the runs of this name (mlb … --name).")] = None
+    tag: Annotated[OptStr, opt("--tag", "Only the runs with this tag (mlb … --tag).")] = None
 
 
-@command("list", on=history_app)
+def _label(e: Any) -> str:
+    """'nightly [gpu, main]': the run's name and tags, '–' for none."""
+    tags = f"[{', '.join(e.tags)}]" if e.tags else ""
+    return escape(" ".join(t for t in (e.name or "", tags) if t) or "–")
+
+
+@command("list", on=history_app, result=False)
 def list_command(common: CommonOptions, o: ListOptions) -> None:
-    """The recorded results, oldest first (* after a commit: the checkout was dirty).
+    """The recorded results, oldest first (* after a commit: the checkout was dirty), and
+    where the store is (default: mlb-results/history.sqlite in the project's root, the
+    nearest folder up with .git or pyproject.toml).
 
     Example: mlb history list --kind throughput --branch main --since 2026-01-01
+
+    Example: mlb history list --tag nightly
     """
     from mlbaseline.runners import history as hist
 
@@ -107,10 +121,12 @@ def list_command(common: CommonOptions, o: ListOptions) -> None:
         q = _query(o, with_metric=True)
         found = hist.entries(cfg, q, _warn)
         _doc_out([e.to_dict() for e in found], common)
-        table = compact_table(f"history: {len(found)} results in {hist.shown_location(cfg)}")
+        ui.print(f"store: {escape(hist.shown_location(cfg))}")
+        table = compact_table(f"history: {len(found)} results")
         for col in ("id", "created (UTC)", "kind", "status", "branch", "commit", "fingerprint"):
             table.add_column(col, no_wrap=True, justify="right" if col == "id" else "left")
         table.add_column("metrics", justify="right")
+        table.add_column("name", overflow="fold")  # a long name wraps, never cut
         for e in found:
             table.add_row(
                 f"#{e.id}",
@@ -121,6 +137,7 @@ def list_command(common: CommonOptions, o: ListOptions) -> None:
                 _commit(e.git),
                 e.fingerprint[:8],
                 str(len(e.metrics)),
+                _label(e),
             )
         ui.print(table)
 
@@ -132,7 +149,7 @@ class ShowOptions:
     result_id: Annotated[int, typer.Argument(help="Record id (from mlb history list).")]
 
 
-@command("show", on=history_app)
+@command("show", on=history_app, result=False)
 def show_command(common: CommonOptions, o: ShowOptions) -> None:
     """One record: where it came from and each metric's summary (--json: with the full
     result document as stored).
@@ -149,6 +166,8 @@ def show_command(common: CommonOptions, o: ShowOptions) -> None:
         if problem:
             _warn(f"{problem}; the record's summary is shown without its document")
         ui.print(f"[bold]#{entry.id}[/bold] {entry.kind} ({entry.status}), {entry.created_at}")
+        if entry.name or entry.tags:
+            ui.print(f"run: {_label(entry)}")
         ui.print(f"git: {escape(entry.git.branch or '–')} {_commit(entry.git)}")
         ui.print(f"fingerprint {entry.fingerprint}; config {entry.config_hash[:12]}")
         ui.print(f"file: {escape(entry.path)} (sha256 {entry.sha256[:12]})")
@@ -192,7 +211,7 @@ TrendOutput = Annotated[
 ]
 
 
-@command("trend", on=history_app, output=TrendOutput)
+@command("trend", on=history_app, output=TrendOutput, result=False)
 def trend_command(common: CommonOptions, o: TrendOptions) -> None:
     """Median and CI of a metric over the comparable runs: a table and a PNG (one line per
     stage or batch size, change points marked).
@@ -216,7 +235,7 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
             sys.stdout.write(dump_json({"points": rows, "checks": checks}))
         view = hist.trend_view(found, checks, hist.shown_location(cfg))
         check_target(png, common.force)  # before drawing: a link, device or FIFO is refused
-        hist.draw_trend(view, png, force=common.force)
+        written = hist.draw_trend(view, png, force=common.force)
         table = compact_table(f"{o.metric}: {len(found)} series")
         for col in ("metric", "run", "created (UTC)", "commit", "median", "95% CI", "n"):
             table.add_column(col, no_wrap=True)
@@ -232,7 +251,7 @@ def trend_command(common: CommonOptions, o: TrendOptions) -> None:
                 str(r["n"]),
             )
         ui.print(table)
-        ui.print(f"[dim]figure written to {png}[/dim]")
+        ui.print(f"[dim]figure written to {', '.join(str(p) for p in written)}[/dim]")
 
     execute(common, measure, outputs=())
 
@@ -312,7 +331,7 @@ def _name_runs(checks: list[dict[str, Any]], ui: Ui) -> None:
         ui.print(f"[dim]{len(short)} series have fewer than 4 runs: not checked[/dim]")
 
 
-@command("check", on=history_app)
+@command("check", on=history_app, result=False)
 def check_command(common: CommonOptions, o: CheckOptions) -> None:
     """Change points per stage over the series of comparable results (same kind and
     fingerprint): each with the first run of the new level, the commit range, the step and its
@@ -354,7 +373,7 @@ class ExportOptions:
     last: Last = None
 
 
-@command("export", on=history_app)
+@command("export", on=history_app, result=False)
 def export_command(common: CommonOptions, o: ExportOptions) -> None:
     """The records as CSV (one row per result and metric) or JSON, to --output or stdout.
 
@@ -383,7 +402,7 @@ class AddOptions:
     files: Annotated[list[Path], typer.Argument(help="Result JSON files to import.")]
 
 
-@command("add", on=history_app)
+@command("add", on=history_app, result=False)
 def add_command(common: CommonOptions, o: AddOptions) -> None:
     """Import existing result files (a file already recorded keeps its id).
 
@@ -406,7 +425,7 @@ class RmOptions:
     result_id: Annotated[int, typer.Argument(help="Record id to delete.")]
 
 
-@command("rm", on=history_app)
+@command("rm", on=history_app, result=False)
 def rm_command(common: CommonOptions, o: RmOptions) -> None:
     """Delete one record (needs --force; the result file itself is left alone). The only way
     mlb ever deletes a record.
@@ -441,12 +460,8 @@ class GateOptions:
     branch: Annotated[
         OptStr, opt("--branch", "Baselines of this branch (default: NEW's, else the checkout's).")
     ] = None
-    threshold: Annotated[
-        float | None, opt("--threshold", "Practical threshold as a fraction (default 0.03).")
-    ] = None
-    fail_on: Annotated[
-        OptStr, opt("--fail-on", "regressed (default), any or never: as in mlb compare.")
-    ] = None
+    threshold: ThresholdOpt = None
+    fail_on: FailOnOpt = None  # spelled and checked as in mlb compare
     allow: AllowOpt = None
 
 
@@ -466,7 +481,8 @@ def gate_command(common: CommonOptions, o: GateOptions) -> None:
     from mlbaseline.cli.compare import _show
     from mlbaseline.runners import history as hist
 
-    overrides = {"compare.threshold": o.threshold, "compare.fail_on": o.fail_on}
+    fail_on = o.fail_on.value if o.fail_on else None
+    overrides = {"compare.threshold": o.threshold, "compare.fail_on": fail_on}
 
     def measure(cfg: Config, ui: Ui) -> Result:
         run = hist.gate(

@@ -1,7 +1,8 @@
 """Runner of `mlb history …` and of the recording step every result-writing command ends with.
 
 Each function opens the store named by the config (env `MLB_HISTORY` > `history.store` >
-`mlb-results/history.sqlite`), does one job, closes it, and returns plain data the CLI renders.
+`mlb-results/history.sqlite` in the project's root: history.store.project_root), does one job,
+closes it, and returns plain data the CLI renders.
 Read-only jobs never create a store; only recording, `add` and `rm` write. A read that leaves a
 damaged record out says so through `warn` (one line per record), so the CLI can show it.
 """
@@ -144,6 +145,8 @@ def query(
     since: str | None = None,
     fingerprint: str | None = None,
     last: int | None = None,
+    name: str | None = None,
+    tag: str | None = None,
 ) -> Query:
     """The filters of the CLI, checked: `since` an ISO date/time, `metric` a glob."""
     if since is not None and not _TIME.match(since):
@@ -159,6 +162,8 @@ def query(
         fingerprint=fingerprint,
         metric=glob_to_like(metric) if metric else None,
         last=last,
+        name=name,
+        tag=tag,
     )
 
 
@@ -211,6 +216,8 @@ EXPORT_FIELDS = (
     "subset_hash",
     "path",
     "sha256",
+    "run_name",  # the run's --name and --tag (`name` is a metric's)
+    "run_tags",
     "metric",
     "unit",
     "median",
@@ -239,6 +246,8 @@ def export_rows(found: Sequence[Entry]) -> list[dict[str, Any]]:
             "subset_hash": e.subset_hash,
             "path": e.path,
             "sha256": e.sha256,
+            "run_name": e.name,
+            "run_tags": ",".join(e.tags),  # a tag has no comma (comparison.labels)
         }
         for name, m in e.metrics.items():
             summary = {k: v for k, v in m.to_dict().items() if k in EXPORT_FIELDS}
@@ -314,8 +323,6 @@ def trend_view(found: Sequence[Series], checks: Sequence[dict[str, Any]], store:
         store=store,
     )
     for label, s in zip(labels, found, strict=True):
-        if len(groups) > 1:
-            label = f"{label} ({s.kind} {s.fingerprint[:6]})"
         view.lines.append(
             TrendLine(
                 label,
@@ -323,13 +330,16 @@ def trend_view(found: Sequence[Series], checks: Sequence[dict[str, Any]], store:
                 [p.summary.median for p in s.points],
                 [p.summary.ci_low for p in s.points],
                 [p.summary.ci_high for p in s.points],
+                unit=s.unit,  # one axis per unit, one figure per kind (figures_history)
+                kind=s.kind,
+                series=s.fingerprint[:6] if sum(k == s.kind for k, _ in groups) > 1 else "",
             )
         )
-    for label, c in zip(labels, checks, strict=True):
+    for label, c, s in zip(labels, checks, found, strict=True):
         for cp in c["change_points"]:
             text = f"{label} {cp['rel_change']:+.1%}"
             suspected = cp["status"] != "confirmed"
-            view.marks.append(Mark(where[cp["run"]["id"]], text, suspected))
+            view.marks.append(Mark(where[cp["run"]["id"]], text, suspected, kind=s.kind))
             view.changes.append(cp | {"metric": c["metric"]})
     return view
 
@@ -342,10 +352,11 @@ def _title(found: Sequence[Series], groups: int) -> str:
     return f"{head} over time ({found[0].kind}{'' if groups == 1 else ', several series'})"
 
 
-def draw_trend(view: Any, path: Path, force: bool = False) -> Path:
-    from mlbaseline.report.sections_history import trend_figure
+def draw_trend(view: Any, path: Path, force: bool = False) -> list[Path]:
+    """The trend PNGs: `path` for the first result kind, `STEM-KIND.png` for each other one."""
+    from mlbaseline.report.figures_history import trend_figures
 
-    return trend_figure(view, path, force)
+    return trend_figures(view, path, force)
 
 
 def report_view(results: Sequence[Result], cfg: Config) -> Any:
