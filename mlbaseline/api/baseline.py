@@ -48,10 +48,12 @@ from mlbaseline.measure.timers import StageTimer, make_timer
 from mlbaseline.results import Metric, Result, write_result
 from mlbaseline.runners.throughput import (
     RESIDUAL_LIMIT,
-    finish_result,
+    Ending,
+    Telemetry,
+    assemble,
     make_sampler,
-    telemetry_block,
 )
+from mlbaseline.runners.throughput_records import Records, RunFacts
 from mlbaseline.safewrite import check_target
 
 B = TypeVar("B")
@@ -333,45 +335,46 @@ class Baseline:
         parts = [(rank or 0, run.metrics(), run.info())]
         if self._ranks is not None:
             parts = self._ranks.gather(parts[0])
-        result = self._skeleton(stages, world)
-        _add_train(result, self.batch_size, prefix, parts, loop.stop_reason, self._window)
+        records = self._records(stages, world)
+        _add_train(records, self.batch_size, prefix, parts, loop.stop_reason, self._window)
         if loop.stop_reason == "interrupted":
-            result.mark("interrupted", "Ctrl-C: the result holds what was measured until then")
+            records.fault("interrupted", "Ctrl-C: the result holds what was measured until then")
             # SIGTERM/SIGHUP end a step as Ctrl-C does where the program handles them through
             # `mlbaseline.stopping.stop_signals()` (a library installs no handler of its own
             # in the user's process): the note then names the signal
-            stopping.annotate(result)
-        if self.sampler is not None:
-            telemetry_block(result, self.sampler, telemetry_csv, owned=True)
-        finish_result(result)
-        return result
+            if stopping.received() is not None:
+                records.fault("interrupted", stopping.note())
+        # the CLI's one assembly: the same derived parts, checks and payload model
+        return assemble(records, Ending(telemetry=Telemetry(self.sampler, telemetry_csv, True)))
 
-    def _skeleton(self, stages: tuple[str, ...], world: int) -> Result:
+    def _records(self, stages: tuple[str, ...], world: int) -> Records:
         import torch
 
         cfg = self.cfg.to_dict()
-        result = Result(kind="throughput", config=cfg)
         if self._environment is None:  # taken once, with the probe still open
             self._environment = fingerprint(cfg, self.probe, self.device)
             if self._own_probe:
                 self.probe.close()
-        result.environment = copy.deepcopy(self._environment)
-        result.data = {
-            "source": "api",
-            "name": self.name,
-            "device": self.device,
-            "mode": "train",
-            "nproc": world,
-            "repeats": 1,
-            "timer": self.timer.kind,
-            "torch_threads": torch.get_num_threads(),
-            "stages": list(stages),
-            "residual_limit": RESIDUAL_LIMIT,
-            "batch_sizes": {},
-        }
+        facts = RunFacts(
+            config=cfg,
+            environment=copy.deepcopy(self._environment),
+            source="api",
+            name=self.name,
+            device=self.device,
+            mode="train",
+            nproc=world,
+            repeats=1,
+            determinism=None,  # the user's process sets its own
+            allocator=None,
+            timer=self.timer.kind,
+            torch_threads=torch.get_num_threads(),
+            stages=list(stages),
+            residual_limit=RESIDUAL_LIMIT,
+        )
+        records = Records(facts)
         if self._ranks is not None:
-            result.data["distributed"] = {"world_size": world, "backend": self._ranks.backend}
-        return result
+            records.blocks["distributed"] = {"world_size": world, "backend": self._ranks.backend}
+        return records
 
     def save(
         self, path: str | Path, force: bool = False, history: bool | None = None
@@ -485,7 +488,7 @@ Part = tuple[int, list[Metric], dict[str, Any]]
 
 
 def _add_train(
-    result: Result,
+    records: Records,
     batch_size: int,
     prefix: str,
     parts: list[Part],
@@ -499,22 +502,19 @@ def _add_train(
     else:
         metrics = pool_metrics([(r, {m.name: m for m in ms}) for r, ms, _ in parts], "rank")
     for m in metrics.values():
-        result.add_metric(m)
+        records.add_metric(m)
     info = dict(parts[0][2])
     if len(parts) > 1:
         info["peak_memory_bytes"] = max(p[2]["peak_memory_bytes"] for p in parts)
         info["peak_memory_bytes_per_rank"] = {str(r): i["peak_memory_bytes"] for r, _, i in parts}
         info["ranks"] = sorted(r for r, _, _ in parts)
-    train = {**group_summary(result.measurements, prefix), **info}
+    train = {**group_summary(records.metrics, prefix), **info}
     if len(window) == 2:
         train["telemetry_window_s"] = list(window)
-    status = "interrupted" if stop_reason == "interrupted" else "ok"
-    result.data["batch_sizes"][str(batch_size)] = {
-        "batch_size": batch_size,
-        "status": status,
-        "stop_reason": stop_reason,
-        "train": train,
-    }
+    size = records.size(batch_size)
+    size.status = "interrupted" if stop_reason == "interrupted" else "ok"
+    size.stop_reason = stop_reason
+    size.parts["train"] = train
 
 
 @dataclasses.dataclass
