@@ -1,10 +1,11 @@
 """The `data` payload of a `throughput` result.
 
-Writers: `runners/throughput.py` (`_prepare` and the sweep), `runners/sweep.py` (one entry per
-batch size), `measure/pooling.py` (fresh-process replicates), `runners/distributed.py` (its own
-launcher and an external torchrun), `measure/contamination.py`, `comparison/noise.py` and
-`history/sittings.py` (the noise block), `measure/telemetry.py` (via `telemetry_block`) and the
-library API (`api/baseline.py`, also under Lightning), whose results are kind throughput too.
+Writers: `runners/throughput.py`'s `assemble`, once, from the records the run returns
+(`runners/throughput_records.py`: `RunFacts`, one `SizeRecord` per batch size, appended to by
+`runners/sweep.py`, `runners/distributed.py` and the library API, `api/baseline.py`), and the
+parts it derives there: `measure/pooling.py` (fresh-process replicates),
+`measure/contamination.py`, `comparison/noise.py` and `history/sittings.py` (the noise block),
+`measure/telemetry.py` (via `telemetry_block`). `assemble` checks the payload against `Data`.
 
 What a run did not do is absent, not null: a failed or interrupted batch size has no summary,
 a run without replicates no `noise`/`replicates`, a CPU run no GPU telemetry, a single process
