@@ -268,7 +268,7 @@ def test_the_search_folders_never_shadow_installed_modules(
     assert sys.path.index(str(tmp_path)) > sys.path.index(str(Path(torch.__file__).parents[1]))
 
 
-# ---------------------------------------------------------------- the README example
+# ------------------------------------------- the example of docs/REFERENCE.md (own model)
 
 
 def test_the_example_workload_runs_from_another_folder(
