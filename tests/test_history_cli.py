@@ -393,7 +393,7 @@ def test_report_view_and_section(tmp_path, store):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_ci_gate_makefile_against_history(tmp_path, store):
-    """examples/ci-gate.mk's perf-gate-history, as docs/REFERENCE.md shows it (one process)."""
+    """examples/ci-gate.mk's perf-gate-history, as docs/REFERENCE.md shows (one fresh process)."""
     assert mlb("history", "add", *_baselines(tmp_path)).exit_code == 0
     slow = write(
         synthetic(51, slower={"backward": 1.2}, created_at=stamp(61)), tmp_path / "slow.json"
