@@ -35,9 +35,9 @@ from rich.table import Table
 
 from mlbaseline import config as cfgmod
 from mlbaseline import safewrite, scratch, stopping
-from mlbaseline.cli import tables
 from mlbaseline.cli.app import app
-from mlbaseline.cli.helptext import PlainCommand, PlainGroup
+from mlbaseline.cli.helptext import PlainCommand, PlainGroup, choices
+from mlbaseline.cli.tables import StackTable, fit
 from mlbaseline.comparison.labels import check_label
 from mlbaseline.errors import ExitCode, MlbError, UsageError
 from mlbaseline.progress import NullProgress
@@ -73,7 +73,10 @@ ConfigOpt = Annotated[
 ProfileOpt = Annotated[
     str | None,
     typer.Option(
-        "--profile", help="Built-in profile: demo (default), vision, text.", show_default=False
+        "--profile",
+        metavar=choices(*cfgmod.available_profiles()),
+        help="Built-in profile (default: demo).",
+        show_default=False,
     ),
 ]
 OutputOpt = Annotated[
@@ -175,7 +178,7 @@ class Ui:
         for obj in objects:
             # a Group's tables (throughput's two) are fitted one by one
             for item in obj.renderables if isinstance(obj, Group) else [obj]:
-                for part in tables.fit(self.console, item) if isinstance(item, Table) else [item]:
+                for part in fit(self.console, item) if isinstance(item, Table) else [item]:
                     self.console.print(part)
 
 
@@ -304,7 +307,7 @@ def compact_table(title: str, caption: str | None = None, secondary: tuple[str, 
     """A table for an 80-column log: a rule under the header, one space between columns and no
     side borders, so that columns set `no_wrap` (figures, verdicts) fit uncut. `secondary`:
     the headers of the columns that move to a second table when it is still too wide."""
-    return tables.StackTable(
+    return StackTable(
         secondary=secondary,
         title=title,
         caption=caption,
