@@ -320,3 +320,41 @@ def test_make_figures_draws_every_figure_at_the_report_size(tmp_path):
     for p in written:
         width, height = _png_size(p)
         assert width == 1600 and height >= 900, p.name
+
+
+# ---------------------------------------------------------------- mlb history trend, end to end
+
+
+def test_history_trend_command_draws_one_png_per_kind_one_axis_per_unit(tmp_path, monkeypatch):
+    from history_fakes import stamp, synthetic, write
+    from typer.testing import CliRunner
+
+    from mlbaseline.cli import app
+    from mlbaseline.report import figures_history
+    from mlbaseline.results import Metric
+
+    monkeypatch.setenv("MLB_HISTORY", str(tmp_path / "h.sqlite"))
+    files = []
+    for i in range(6):
+        r = synthetic(i, created_at=stamp(i), kind="throughput" if i < 3 else "run")
+        step = r.measurements["train.bs64.step"].values
+        meta = {"group": "train.bs64", "role": "rate"}
+        r.add_metric(
+            Metric("train.bs64.samples_per_s", "items/s", True, [64 / v for v in step], meta=meta)
+        )
+        files.append(write(r, tmp_path / f"{i}.json"))
+    cli = CliRunner()
+    assert cli.invoke(app, ["history", "add", *map(str, files)]).exit_code == 0
+    drawn: list[HistoryView] = []
+    real = figures_history.draw_trend
+    monkeypatch.setattr(figures_history, "draw_trend", lambda v: drawn.append(v) or real(v))
+    png = tmp_path / "trend.png"
+    res = cli.invoke(app, ["history", "trend", "train.bs64.*", "-o", str(png)])
+    assert res.exit_code == 0, res.output
+    assert _png_size(png) == (1600, 900)
+    other = list(tmp_path.glob("trend-*.png"))
+    assert len(other) == 1 and _png_size(other[0]) == (1600, 900)
+    assert sorted({ln.kind for v in drawn for ln in v.lines}) == ["run", "throughput"]
+    for v in drawn:
+        assert len({ln.kind for ln in v.lines}) == 1  # one kind per figure
+        assert {ln.unit for ln in v.lines} == {"s", "items/s"}  # each on its own axis
