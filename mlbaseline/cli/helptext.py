@@ -34,6 +34,11 @@ def value_word(param: Any) -> str:
     return _WORDS.get(_element(desc.annotation), "TEXT")
 
 
+def choices(*values: str) -> str:
+    """The metavar of an option whose values the config checks: `[a|b|c]`, as a choice's."""
+    return "[" + "|".join(values) + "]"
+
+
 class _PlainArgument(typer.core.TyperArgument):
     """An argument named in capitals (`OLD`, `[DATA]`, `[INPUTS]...`), its value as a word."""
 

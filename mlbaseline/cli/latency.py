@@ -21,6 +21,7 @@ from mlbaseline.cli.common import (
     opt,
     parse_int_list,
 )
+from mlbaseline.cli.helptext import choices
 from mlbaseline.formatting import milliseconds
 from mlbaseline.results import Result
 from mlbaseline.runners.latency import fmt_ms, run_latency
@@ -53,7 +54,12 @@ class LatencyOptions:
         None
     )
     loop: Annotated[
-        OptStr, opt("--loop", "auto (open if --rate, else closed), closed, open, or both.")
+        OptStr,
+        opt(
+            "--loop",
+            "auto: open if --rate, else closed (default).",
+            metavar=choices("auto", "closed", "open", "both"),
+        ),
     ] = None
 
 

@@ -24,6 +24,7 @@ from mlbaseline.cli.common import (
     opt,
     parse_int_list,
 )
+from mlbaseline.cli.helptext import choices
 from mlbaseline.cli.tables import StackTable
 from mlbaseline.config import Config
 from mlbaseline.documents.data_throughput import Data, Noise, PartSummary
@@ -307,7 +308,9 @@ def parse_repeats(text: str | None) -> int | str | None:
 @dataclass(frozen=True)
 class ThroughputOptions:
     batch_sizes: Annotated[OptStr, opt("--batch-sizes", "Batch-size sweep, e.g. 32,64,128.")] = None
-    mode: Annotated[OptStr, opt("--mode", "train, inference or both.")] = None
+    mode: Annotated[
+        OptStr, opt("--mode", "What to measure.", metavar=choices("train", "inference", "both"))
+    ] = None
     nproc: Annotated[
         OptInt, opt("--nproc", "Processes (torch.distributed: gloo on CPU, NCCL on GPU).", min=1)
     ] = None
