@@ -1,4 +1,5 @@
-"""`mlb report RESULT.json... | DIR -o OUTDIR`: a Markdown baseline report with PNG figures."""
+"""`mlb report RESULT.json... | DIR -o OUTDIR [--html]`: a Markdown baseline report with PNG
+figures, and with `--html` the same report as one self-contained HTML file beside it."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 def _summary(output: Any) -> dict[str, Any]:
     return {
         "report": str(output.markdown_path),
+        "html": None if output.html_path is None else str(output.html_path),
         "figures": [str(p) for p in output.figures],
         "signals": [s.to_dict() for s in output.signals],
         "predictions": [p.to_dict() for p in output.predictions],
@@ -39,6 +41,8 @@ def _summary(output: Any) -> dict[str, Any]:
 
 def _print(ui: Ui, output: Any) -> None:
     ui.print(f"[dim]report written to {output.markdown_path} ({len(output.figures)} figures)[/dim]")
+    if output.html_path is not None:
+        ui.print(f"[dim]HTML report (figures inline, views offline): {output.html_path}[/dim]")
     for s in output.fired:
         ui.print(f"[yellow]danger signal:[/yellow] {s.title} — {s.message}")
 
@@ -81,6 +85,14 @@ class ReportOptions:
         ),
     ] = False
     allow: AllowOpt = None
+    html: Annotated[
+        bool,
+        typer.Option(
+            "--html",
+            help="Also write the report as one self-contained HTML file beside the Markdown "
+            "(figures inline, nothing fetched when viewed).",
+        ),
+    ] = False
 
 
 @command("report", output=OutDirOpt, output_default=DEFAULT_OUT)
@@ -98,6 +110,8 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
     Example: mlb report mlb-results/demo -o report/
 
     Example: mlb report --compare old.json new.json -o compare-report/
+
+    Example: mlb report mlb-results/demo -o report/ --html   (also report/baseline_report.html)
     """
 
     output = common.output or DEFAULT_OUT
@@ -118,7 +132,7 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
         if o.compare is not None:
             out = _render_compare(o.compare, cfg, o, output, common.force, ui)
         else:
-            out = _render(o.inputs or [], output, o.telemetry, common.force, ui, cfg)
+            out = _render(o.inputs or [], output, o, common.force, ui, cfg)
         _print(ui, out)
         if common.json_out:
             sys.stdout.write(dump_json(_summary(out)))
@@ -134,11 +148,13 @@ def _render_compare(
     from mlbaseline.runners.compare_files import run_compare
 
     run = run_compare(pair[0], pair[1], cfg, o.allow_mismatch, ui.progress, o.allow or ())
-    return render_compare_report(run.result.data, output, force=force, progress=ui.progress)
+    return render_compare_report(
+        run.result.data, output, force=force, progress=ui.progress, html=o.html
+    )
 
 
 def _render(
-    inputs: list[Path], output: Path, telemetry: Path | None, force: bool, ui: Ui, cfg: Config
+    inputs: list[Path], output: Path, o: ReportOptions, force: bool, ui: Ui, cfg: Config
 ) -> Any:
     # imported here: matplotlib is slow to import and only this command needs it
     from mlbaseline.report.inputs import collect
@@ -151,14 +167,15 @@ def _render(
     compares = [i for i in found.items if i.result.kind == "compare"]
     if compares and len(compares) == len(found.items) and not found.manifest:
         return render_compare_report(
-            compares[-1].result.data, output, force=force, progress=ui.progress
+            compares[-1].result.data, output, force=force, progress=ui.progress, html=o.html
         )
     return render_report(
         found.items,
         output,
-        telemetry_csv=telemetry,
+        telemetry_csv=o.telemetry,
         manifest=found.manifest,
         force=force,
         progress=ui.progress,
         history=report_view([i.result for i in found.items], cfg),
+        html=o.html,
     )

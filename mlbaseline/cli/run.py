@@ -20,17 +20,22 @@ VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 
 
 def phase_table(baseline: Result) -> Table:
+    from mlbaseline.documents.data_run import Data
+    from mlbaseline.report.payloads import typed_data  # numpy: not at `mlb` startup
+
     table = Table(title="mlb run", title_justify="left")
     for col in ("phase", "status", "verdict", "file"):
         table.add_column(col)
-    for entry in baseline.data.get("phases", []):
-        status = str(entry.get("status", "?"))
-        verdict = str(entry.get("verdict", "-"))
+    for entry in typed_data(baseline, Data).phases:
+        if isinstance(entry, str):  # a hand-written run file may name only a phase's file
+            table.add_row("-", "?", "-", escape(entry))
+            continue
+        status, verdict = entry.status or "?", entry.verdict or "-"
         table.add_row(
-            str(entry.get("phase")),
+            escape(str(entry.phase)),
             f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]",
             f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]",
-            escape(str(entry.get("file") or entry.get("error") or "-")),
+            escape(entry.file or entry.error or "-"),
         )
     return table
 
@@ -69,6 +74,14 @@ SkipOpt = Annotated[
 
 
 RepeatsOpt = Annotated[str | None, typer.Option("--repeats", help=REPEATS_HELP, show_default=False)]
+HtmlOpt = Annotated[
+    bool,
+    typer.Option(
+        "--html",
+        help="Also write the report as baseline_report.html: one self-contained file, "
+        "figures inline, nothing fetched when viewed.",
+    ),
+]
 
 
 @command("run", output=RunOutputOpt, data=DATA_HELP)
@@ -77,6 +90,7 @@ def run(
     ignore_env: IgnoreEnvOpt = False,
     skip: SkipOpt = None,
     repeats: RepeatsOpt = None,
+    html: HtmlOpt = False,
 ) -> None:
     """The whole baseline in one go: env-check → (subset) → dataloader → throughput → latency →
     report.
@@ -116,6 +130,7 @@ def run(
                 ignore_env=ignore_env,
                 skip=skipped,
                 force=common.force,
+                html=html,
             )
         finally:
             probe.close()
@@ -124,6 +139,9 @@ def run(
 
     def render(baseline: Result, ui: Ui) -> None:
         _print_outcome(ui, baseline, done["dir"], done["report"])
+        if html and done["report"] is not None:  # written beside the Markdown, named after it
+            page = escape(str(done["report"].with_suffix(".html")))
+            ui.print(f"HTML report: [bold]{page}[/bold]")
 
     def written(baseline: Result) -> Path:
         # baseline.json holds every phase's metrics: the one file of a run the history records

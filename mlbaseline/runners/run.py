@@ -75,6 +75,7 @@ class _Run:
     baseline: Result
     results: dict[str, Result] = field(default_factory=dict)
     account: CpuAccount | None = None  # foreign CPU share per phase, for baseline.json
+    html: bool = False  # the report also as baseline_report.html (`mlb run --html`)
 
     def record(self, phase: str, result: Result) -> None:
         """Write the phase result, fold it into baseline.json, and save that too."""
@@ -159,11 +160,13 @@ def run_baseline(
     ignore_env: bool = False,
     skip: set[str] | frozenset[str] = frozenset(),
     force: bool = False,
+    html: bool = False,
 ) -> RunOutcome:
-    """Run every phase into `out_dir` and return the combined result (kind `run`)."""
+    """Run every phase into `out_dir` and return the combined result (kind `run`); `html`:
+    the report also as a self-contained `baseline_report.html`."""
     with lock_run_dir(out_dir, skip):
         check_run_dir(out_dir, force)
-        return _run_locked(cfg, out_dir, probe, progress, ignore_env, skip, force)
+        return _run_locked(cfg, out_dir, probe, progress, ignore_env, skip, force, html)
 
 
 def lock_run_dir(
@@ -190,11 +193,12 @@ def _run_locked(
     ignore_env: bool,
     skip: set[str] | frozenset[str],
     force: bool,
+    html: bool = False,
 ) -> RunOutcome:
     progress = progress or NullProgress()
     baseline = Result(kind="run", config=cfg.to_dict())
     baseline.data = {"phases": [], "skipped": sorted(skip), "output_dir": str(out_dir)}
-    run = _Run(cfg, out_dir, probe, progress, force, baseline)
+    run = _Run(cfg, out_dir, probe, progress, force, baseline, html=html)
     phases = _phase_list(cfg, set(skip))
     outcome = RunOutcome(baseline, out_dir, run.results)
     try:
@@ -374,6 +378,7 @@ def _report(run: _Run) -> Path | None:
             force=True,
             progress=run.progress,
             history=report_view([run.baseline], run.cfg),  # this run's earlier comparable runs
+            html=run.html,
         )
     except MlbError as exc:
         run.fail_phase("report", exc.message)
