@@ -221,14 +221,14 @@ def stage_table(gs: Sequence[Group], key: str, label: Any) -> list[str]:
 def section_inference(ctx: ReportContext) -> list[str]:
     lines = [SECTIONS[7], ""]
     rows = []
-    for r in ctx.of_kind("throughput"):
+    for r, label in _labelled_throughput(ctx):
         for g in all_groups([r], "infer"):
             rate = estimate(g.rate.values) if g.rate else None
             batch = estimate(g.total.values) if g.total else None
             memory = memory_cell(payloads.batch_facts(r, g))
             rows.append(
                 [
-                    g.label,
+                    _file_label(g.label, label),
                     with_ci(rate.median, rate.low, rate.high) if rate else "–",
                     with_ci(batch.median, batch.low, batch.high, ms) if batch else "–",
                     memory,
