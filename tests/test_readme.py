@@ -155,9 +155,10 @@ def _parse(args: list[str]) -> None:
     command.make_context(name, list(args))
 
 
-def test_readme_commands_parse():
-    commands = _mlb_command_lines(README)
-    assert len(commands) >= 10, "the quick start shows the commands it describes"
+@pytest.mark.parametrize("path", [README_PATH, REFERENCE_PATH], ids=lambda p: p.name)
+def test_documented_commands_parse(path: Path):
+    commands = _mlb_command_lines(path.read_text(encoding="utf-8"))
+    assert len(commands) >= 10, "the docs show the commands they describe"
     for args in commands:
         try:
             _parse(args)
