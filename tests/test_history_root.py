@@ -147,3 +147,15 @@ def _row(rec) -> dict:
     row = _result_row(rec)
     del row["name"], row["tags"]
     return row
+
+
+def test_a_deleted_cwd_is_one_error_line(tmp_path: Path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # the shell's folder removed under it: no project root to look up from
+    monkeypatch.delenv("MLB_HISTORY", raising=False)
+    res = runner.invoke(app, ["history", "list"])
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith("Error: history.store: cannot find the project root")
+    assert "Traceback" not in res.output

@@ -78,7 +78,10 @@ class StoreMissingError(StoreError):
 def project_root(start: Path | None = None) -> Path:
     """The nearest folder upward from `start` (default: the cwd) holding `.git` or
     `pyproject.toml`; `start` itself when none does (a folder outside any project)."""
-    here = (start or Path.cwd()).resolve()
+    try:
+        here = (start or Path.cwd()).resolve()
+    except OSError as exc:  # the cwd was deleted under the shell: no project to find
+        raise StoreError(f"history.store: cannot find the project root ({exc.strerror})") from None
     for folder in (here, *here.parents):
         if any((folder / marker).exists() for marker in PROJECT_MARKERS):
             return folder
