@@ -1,9 +1,10 @@
 """The documentation is part of the interface.
 
-docs/REFERENCE.md is the reference: a missing command, config field or exit code fails the build,
-and its generated tables must be current. README.md is the quick start: short, with the commands
-a new user types first, every `mlb` command line in it accepted by the CLI's parser, and no
-timing that `make bench` does not measure.
+docs/REFERENCE.md is the reference: a missing command, option, config field or exit code fails
+the build, and its generated tables must be current. README.md is the quick start: short, with
+the commands a new user types first and no timing that `make bench` does not measure. In both,
+every `mlb` command line is accepted by the CLI's parser, every link, anchor and named file
+exists, and every Python and YAML example is valid.
 """
 
 import importlib.util
