@@ -8,7 +8,6 @@ exists, and every Python and YAML example is valid.
 """
 
 import importlib.util
-import os
 import re
 import shlex
 from pathlib import Path
@@ -217,13 +216,14 @@ def test_python_examples_compile(path: Path):
         compile(block, f"{path.name} python block {i}", "exec")  # a SyntaxError fails the test
 
 
-def test_readme_yaml_example_is_a_valid_config(tmp_path: Path):
-    (block,) = re.findall(r"```yaml\n(.*?)```", README, flags=re.DOTALL)
-    config_file = tmp_path / "mlb.yaml"
-    config_file.write_text(block, encoding="utf-8")
-    cfg = resolve(config_file)  # raises ConfigError on an unknown key or a bad value
-    assert cfg.workload.model == "mypkg.models:build_net"
-    assert os.fspath(cfg.workload.data_dir).endswith("baseline_subset")
+@pytest.mark.parametrize("path", [README_PATH, REFERENCE_PATH], ids=lambda p: p.name)
+def test_yaml_examples_are_valid_configs(path: Path, tmp_path: Path):
+    blocks = re.findall(r"```yaml\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    assert blocks
+    for i, block in enumerate(blocks):
+        config_file = tmp_path / f"mlb{i}.yaml"
+        config_file.write_text(block, encoding="utf-8")
+        resolve(config_file)  # raises ConfigError on an unknown key or a bad value
 
 
 def _slug(heading: str) -> str:
@@ -254,3 +254,10 @@ def test_slug_is_githubs():
     assert _slug("Measuring your own training loop (library API)") == (
         "measuring-your-own-training-loop-library-api"
     )
+
+
+def test_yaml_check_catches_an_unknown_key(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: vision\nthroughput:\n  batch_size: [32]\n", encoding="utf-8")
+    with pytest.raises(Exception, match="batch_size"):
+        resolve(bad)
