@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,14 @@ from mlbaseline.runners.sweep import (
     infer_one_size,
     train_one_size,
 )
-from mlbaseline.runners.throughput_records import Records, RunFacts, SizeRecord, check_payload
+from mlbaseline.runners.throughput_records import (
+    Ending,
+    Records,
+    RunFacts,
+    SizeRecord,
+    Telemetry,
+    check_payload,
+)
 from mlbaseline.workloads.factory import build_dataset
 
 RESIDUAL_LIMIT = 0.05  # stage sums within 5% of the step time
@@ -475,30 +482,6 @@ def _measure(run: SweepState, tele: TelemetrySampler | None, watch: _Watch) -> N
 
 
 # ---------------------------------------------------------------- the one assembly
-
-
-@dataclass
-class Telemetry:
-    """The timeline a run recorded into (None: telemetry off), its CSV's name beside the
-    result (None: not written here), and whether this run started the sampler."""
-
-    sampler: TelemetrySampler | None = None
-    csv_name: str | None = None
-    owned: bool = False
-
-
-@dataclass
-class Ending:
-    """What a run hands to `assemble` beside its records: the machine's account of it, the
-    control kernel's metric, the --trace windows, the telemetry timeline, and (replicates)
-    the children's results and the between-sittings check."""
-
-    telemetry: Telemetry = field(default_factory=Telemetry)
-    account: CpuAccount | None = None  # None: the library API, whose process is the user's
-    control: Metric | None = None
-    trace: Any = None
-    children: list[Result] | None = None
-    sittings: Callable[[Result], None] | None = None
 
 
 def assemble(records: Records, ending: Ending) -> Result:

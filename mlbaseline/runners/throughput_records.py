@@ -1,14 +1,16 @@
 """What a throughput run returns: typed records (the run-wide facts, one record per batch size,
 the metrics, the warnings and faults met on the way), and the one step that turns them into a
 `Result` (`Records.to_result`). The measuring code (`runners.throughput`, `runners.sweep`,
-`runners.distributed`) only appends to these records; `runners.throughput.assemble` builds
-the result from them once, at the end, also on the interrupted and failed paths, and checks
-its payload against `documents.data_throughput.Data` there.
+`runners.distributed`, the library API) only appends to these records and hands over what
+the whole run produced beside them (`Ending`); `runners.throughput.assemble` builds the result
+from them once, at the end, also on the interrupted and failed paths, and checks its payload
+against `documents.data_throughput.Data` there.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,8 @@ from pydantic import ValidationError
 
 from mlbaseline.documents.base import one_line
 from mlbaseline.documents.data_throughput import Data
+from mlbaseline.measure.contamination import CpuAccount
+from mlbaseline.measure.telemetry import TelemetrySampler
 from mlbaseline.results import Metric, Result, _jsonable
 
 
@@ -141,6 +145,30 @@ class Records:
         return result
 
 
+@dataclass
+class Telemetry:
+    """The timeline a run recorded into (None: telemetry off), its CSV's name beside the
+    result (None: not written here), and whether this run started the sampler."""
+
+    sampler: TelemetrySampler | None = None
+    csv_name: str | None = None
+    owned: bool = False
+
+
+@dataclass
+class Ending:
+    """What a run hands to `assemble` beside its records: the machine's account of it, the
+    control kernel's metric, the --trace windows, the telemetry timeline, and (replicates)
+    the children's results and the between-sittings check."""
+
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    account: CpuAccount | None = None  # None: the library API, whose process is the user's
+    control: Metric | None = None
+    trace: Any = None
+    children: list[Result] | None = None
+    sittings: Callable[[Result], None] | None = None
+
+
 def check_payload(result: Result) -> None:
     """The assembled payload against its typed model, once, as its file will hold it: a
     mismatch is a bug in mlb (a writer and the model disagree), not bad input, so it is
@@ -152,4 +180,4 @@ def check_payload(result: Result) -> None:
         raise RuntimeError(one_line(exc, "throughput result: data", doc)) from None
 
 
-__all__ = ["Note", "Records", "RunFacts", "SizeRecord", "check_payload"]
+__all__ = ["Ending", "Note", "Records", "RunFacts", "SizeRecord", "Telemetry", "check_payload"]
