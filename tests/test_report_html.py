@@ -326,6 +326,7 @@ class DevTools:
         args = [
             binary, "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
             f"--user-data-dir={profile}", "--no-first-run", "--disable-background-networking",
+            "--disable-dev-shm-usage",  # containers often have a small /dev/shm
             "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
             "--host-resolver-rules=MAP * ~NOTFOUND",
         ]  # fmt: skip
