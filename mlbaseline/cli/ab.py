@@ -111,8 +111,12 @@ ListOpt = list[str] | None
 
 @dataclass(frozen=True)
 class AbOptions:
-    set_a: Annotated[ListOpt, opt("--set-a", "Arm A only: KEY=VAL on top of the config.")] = None
-    set_b: Annotated[ListOpt, opt("--set-b", "Arm B only: KEY=VAL on top of the config.")] = None
+    set_a: Annotated[
+        ListOpt, opt("--set-a", "Arm A only: KEY=VALUE on top of the config.", metavar="KEY=VALUE")
+    ] = None
+    set_b: Annotated[
+        ListOpt, opt("--set-b", "Arm B only: KEY=VALUE on top of the config.", metavar="KEY=VALUE")
+    ] = None
     pairs: Annotated[
         OptInt, opt("--pairs", "Pairs (A and B) to run (default 55; 12 with --processes).", min=1)
     ] = None
@@ -147,8 +151,12 @@ class AbOptions:
     cwd_b: Annotated[OptPath, opt("--cwd-b", "Arm B runs in DIR (another commit's checkout).")] = (
         None
     )
-    env_a: Annotated[ListOpt, opt("--env-a", "Arm A's processes: KEY=VAL in their env.")] = None
-    env_b: Annotated[ListOpt, opt("--env-b", "Arm B's processes: KEY=VAL in their env.")] = None
+    env_a: Annotated[
+        ListOpt, opt("--env-a", "Arm A's processes: KEY=VALUE in their env.", metavar="KEY=VALUE")
+    ] = None
+    env_b: Annotated[
+        ListOpt, opt("--env-b", "Arm B's processes: KEY=VALUE in their env.", metavar="KEY=VALUE")
+    ] = None
 
     def arm_options(self, arm: str) -> tuple[Path | None, str | None, Path | None, list[str]]:
         """(python, cmd, cwd, env items) of one arm."""

@@ -22,7 +22,12 @@ DATA_HELP = "Image-folder root (DIR/CLASS/IMAGE); default: a generated synthetic
 @dataclass(frozen=True)
 class DataloaderOptions:
     workers: Annotated[
-        str | None, opt("--workers", "num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs).")
+        str | None,
+        opt(
+            "--workers",
+            "num_workers sweep, e.g. 0,2,4,8 (capped at usable CPUs).",
+            metavar="N,N,…",
+        ),
     ] = None
     batches: Annotated[
         int | None, opt("--batches", "Measured batches per setting (at least 16 advised).")

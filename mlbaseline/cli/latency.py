@@ -41,7 +41,12 @@ class LatencyOptions:
         OptFloat, opt("--rate", "Open loop: Poisson arrivals at QPS requests/s (seeded).")
     ] = None
     sweep: Annotated[
-        OptStr, opt("--sweep", "Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee.")
+        OptStr,
+        opt(
+            "--sweep",
+            "Closed-loop concurrency sweep, e.g. 1,2,4,8: finds the knee.",
+            metavar="N,N,…",
+        ),
     ] = None
     sla_p99_ms: Annotated[OptFloat, opt("--sla-p99-ms", "SLA: p99 must not exceed MS (150).")] = (
         None

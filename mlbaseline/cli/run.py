@@ -73,7 +73,9 @@ SkipOpt = Annotated[
 ]
 
 
-RepeatsOpt = Annotated[str | None, typer.Option("--repeats", help=REPEATS_HELP, show_default=False)]
+RepeatsOpt = Annotated[
+    str | None, typer.Option("--repeats", help=REPEATS_HELP, show_default=False, metavar="N|auto")
+]
 HtmlOpt = Annotated[
     bool,
     typer.Option(

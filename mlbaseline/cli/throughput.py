@@ -307,14 +307,16 @@ def parse_repeats(text: str | None) -> int | str | None:
 
 @dataclass(frozen=True)
 class ThroughputOptions:
-    batch_sizes: Annotated[OptStr, opt("--batch-sizes", "Batch-size sweep, e.g. 32,64,128.")] = None
+    batch_sizes: Annotated[
+        OptStr, opt("--batch-sizes", "Batch-size sweep, e.g. 32,64,128.", metavar="N,N,…")
+    ] = None
     mode: Annotated[
         OptStr, opt("--mode", "What to measure.", metavar=choices("train", "inference", "both"))
     ] = None
     nproc: Annotated[
         OptInt, opt("--nproc", "Processes (torch.distributed: gloo on CPU, NCCL on GPU).", min=1)
     ] = None
-    repeats: Annotated[OptStr, opt("--repeats", REPEATS_HELP)] = None
+    repeats: Annotated[OptStr, opt("--repeats", REPEATS_HELP, metavar="N|auto")] = None
     min_time: Annotated[
         OptFloat, opt("--min-time", "Stop rule: measure at least this many seconds.", min=0)
     ] = None
