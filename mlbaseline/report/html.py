@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,7 @@ def markdown_to_html(markdown: str, base: Path, after: Mapping[str, str] | None 
 # ---------------------------------------------------------------- the interactive trend
 
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 760, 300, 64, 190, 16, 40
+Project = Callable[[float, float], tuple[float, float]]  # (run position, value) -> (x, y) px
 _COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
 
 
@@ -193,7 +194,7 @@ def _point_title(name: str, run: str, line: Any, i: int, unit: str) -> str:
     return f"{name}, run {run}: {value(line.medians[i], unit)}{ci}"
 
 
-def _series(n: int, name: str, line: Any, runs: Sequence[str], unit: str, xy: Any) -> list[str]:
+def _series(n: int, name: str, line: Any, runs: Sequence[str], unit: str, xy: Project) -> list[str]:
     colour = _COLOURS[n % len(_COLOURS)]
     pts = [xy(p, m) for p, m in zip(line.positions, line.medians, strict=True)]
     out = [f'<g class="series" data-line="{n}">']
@@ -224,7 +225,7 @@ def _series(n: int, name: str, line: Any, runs: Sequence[str], unit: str, xy: An
     return out
 
 
-def _run_axis(runs: Sequence[str], marks: Sequence[Any], plot_w: float, xy: Any) -> list[str]:
+def _run_axis(runs: Sequence[str], marks: Sequence[Any], plot_w: float, xy: Project) -> list[str]:
     """Run labels under the axis (at most ~10) and the change points as dashed lines."""
     out = []
     step = max(1, len(runs) // 10)
