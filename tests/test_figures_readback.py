@@ -170,7 +170,9 @@ def test_dataloader_panels_are_medians_with_confidence_intervals(close):
     found = collect([demo.GOLDEN / "dataloader.json"])
     results = [i.result for i in found.items]
     loader = payloads.loader_sweep(results)
-    points = figures.sweep_points(results, loader)
+    points = figures.sweep_points(results, [i.path for i in found.items])
+    assert [p.label for p in points] == [p.label for p in loader]
+    assert [p.knee for p in points] == [p.is_knee for p in loader] and any(p.knee for p in points)
     fig = figures.draw_dataloader(points, 2)
     close(fig)
     rate, split = fig.axes
@@ -292,6 +294,19 @@ def test_two_files_report_draws_two_series_and_keeps_each_files_mde_row(tmp_path
     rows = [ln for ln in noise_table([a, b], gs, ["A.json", "B.json"]) if ln.startswith("| 8")]
     assert [r.split("|")[1].strip() for r in rows] == ["8 (A.json)", "8 (B.json)"]
     assert rows[0].split("|")[3:] != rows[1].split("|")[3:]  # B's row did not replace A's
+
+
+def test_two_dataloader_files_are_two_series(close):
+    found = collect([demo.GOLDEN / "dataloader.json"])
+    r = found.items[0].result
+    points = figures.sweep_points([r, r], [Path("a/dataloader.json"), Path("b/dataloader.json")])
+    one = payloads.loader_sweep([r])
+    assert len(points) == 2 * len(one) and len({p.label for p in points}) == len(points)
+    assert points[0].label == f"{one[0].label}\na/dataloader.json"
+    fig = figures.draw_dataloader(points, 2)
+    close(fig)
+    rate = fig.axes[0]
+    assert len(rate.patches) == len(points) and "each file's knee" in rate.get_title()
 
 
 def test_series_labels_tell_files_of_one_name_apart():

@@ -18,6 +18,7 @@ import numpy as np
 
 from mlbaseline import stats
 from mlbaseline.formatting import milliseconds, percent
+from mlbaseline.report import payloads
 from mlbaseline.report.data import Group, all_groups, estimate, finite, stage_shares
 from mlbaseline.report.figures_compare import FOREST_PAD, ForestRow, draw_forest, forest_figure
 from mlbaseline.report.figures_style import (
@@ -41,7 +42,6 @@ from mlbaseline.report.figures_telemetry import (
     phase_spans,
     telemetry_figure,
 )
-from mlbaseline.report.payloads import LoaderPoint
 from mlbaseline.results import Result
 
 _save = save  # the name sections_history imported before the split
@@ -287,27 +287,31 @@ def latency_figure(series: Sequence[Series], sla_s: float | None, path: Path) ->
 class SweepPoint:
     """One dataloader setting for the sweep chart: medians with their 95% CIs."""
 
-    label: str
+    label: str  # "2", "2 pin", with the file's label on a second line when there are several
     workers: int
     median: float  # samples/s
     low: float
     high: float
     split: Mapping[str, tuple[float, float, float]]  # stage -> ms per sample (median, low, high)
+    knee: bool = False  # the knee of its own file's sweep
 
 
-def sweep_points(results: Sequence[Result], points: Sequence[LoaderPoint]) -> list[SweepPoint]:
-    """The chart's points from the report's loader sweep (payloads.LoaderPoint: label, workers,
-    samples/s CI, prefix): each stage's per-sample median and CI from the group's raw values."""
-    by_prefix = {g.prefix: g for r in results for g in all_groups([r], "dataloader")}
+def sweep_points(results: Sequence[Result], sources: Sequence[Path | None]) -> list[SweepPoint]:
+    """The chart's points, file by file (payloads.loader_sweep of each, so a second file's
+    `w2` never stands for the first's): samples/s with CI, and each stage's per-sample median
+    and CI from the group's raw values."""
     out = []
-    for p in points:
-        g = by_prefix.get(p.prefix)
-        split: dict[str, tuple[float, float, float]] = {}
-        for name, m in (g.stages if g is not None else {}).items():
-            e = estimate(m.values)
-            if e is not None:
-                split[name] = (e.median * 1e3, e.low * 1e3, e.high * 1e3)
-        out.append(SweepPoint(p.label, p.workers, p.median, p.low, p.high, split))
+    for r, name in zip(results, series_labels(results, sources), strict=True):
+        groups = {g.prefix: g for g in all_groups([r], "dataloader")}
+        for p in payloads.loader_sweep([r]):
+            g = groups.get(p.prefix)
+            split: dict[str, tuple[float, float, float]] = {}
+            for stage, m in (g.stages if g is not None else {}).items():
+                e = estimate(m.values)
+                if e is not None:
+                    split[stage] = (e.median * 1e3, e.low * 1e3, e.high * 1e3)
+            label = f"{p.label}\n{name}" if name else p.label
+            out.append(SweepPoint(label, p.workers, p.median, p.low, p.high, split, p.is_knee))
     return out
 
 
@@ -317,11 +321,12 @@ def draw_dataloader(points: Sequence[SweepPoint], knee: int | None) -> plt.Figur
     not add up, so they are side by side, not stacked)."""
     fig, (rate, split) = new_figure(1, 2)
     labels = [p.label for p in points]
-    colors = ["#2ca02c" if knee is not None and p.label == str(knee) else "#1f77b4"
-              for p in points]  # fmt: skip
+    colors = ["#2ca02c" if p.knee else "#1f77b4" for p in points]
     rate.bar(labels, [p.median for p in points], capsize=6, color=colors,
              yerr=yerr([(p.median, p.low, p.high) for p in points]))  # fmt: skip
-    knee_note = f" (knee: {knee} workers, green)" if knee is not None else ""
+    files = any("\n" in p.label for p in points)  # several files: a knee each
+    knee_note = f" (knee: {knee} workers, green)" if knee is not None and not files else ""
+    knee_note = " (green: each file's knee)" if files and any(p.knee for p in points) else knee_note
     rate.set_title(f"Loader throughput{knee_note}")
     rate.set_xlabel("num_workers")
     rate.set_ylabel("samples/s (median, whiskers: 95% CI)")

@@ -123,7 +123,8 @@ def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
     points = payloads.loader_sweep(loader_results)
     if points:
         knee = payloads.loader_knee(loader_results, points)
-        sweep = fig.sweep_points(loader_results, points)
+        loader_sources = [s for x, s in zip(r, ctx.sources, strict=True) if x.kind == "dataloader"]
+        sweep = fig.sweep_points(loader_results, loader_sources)  # one series per file
         jobs["dataloader"] = lambda p: fig.dataloader_figure(sweep, knee, p)
     if ctx.telemetry is not None and ctx.telemetry.n:
         tel = ctx.telemetry
