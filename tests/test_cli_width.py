@@ -110,6 +110,14 @@ def test_history_readers_offer_only_what_they_use(words: tuple[str, ...]):
     assert mlb(*words, "--no-history").exit_code == 2  # and is refused, not ignored
 
 
+def test_history_rm_force_says_what_it_does_there():
+    """--force confirms the deletion in `history rm`; elsewhere it lets an output be replaced."""
+    flat = " ".join(mlb("history", "rm", "--help").stdout.replace("│", " ").split())
+    assert "--force Delete: the confirmation rm needs." in flat
+    assert "Overwrite existing output" not in flat
+    assert "Overwrite existing output" in mlb("history", "list", "--help").stdout
+
+
 @pytest.mark.parametrize("words", [("compare",), ("history", "gate"), ("throughput",)])
 def test_result_writers_keep_their_options(words: tuple[str, ...]):
     out = mlb(*words, "--help").stdout

@@ -401,12 +401,18 @@ def data_argument(help: str) -> Any:
 
 
 def _shared_params(
-    output: Any, output_default: Any, data: str | None, measuring: bool = False, result: bool = True
+    output: Any,
+    output_default: Any,
+    data: str | None,
+    measuring: bool = False,
+    result: bool = True,
+    own: Mapping[str, Any] | None = None,
 ) -> list[inspect.Parameter]:
     annotations: dict[str, Any] = {**_SHARED, "output": output, **(_LABEL if measuring else {})}
     if not result:
         annotations = {k: v for k, v in annotations.items() if k not in _RESULT_ONLY}
         annotations["sets"] = StoreSetOpt
+    annotations |= {k: v for k, v in (own or {}).items() if k in annotations}
     if data is not None:
         annotations = {"data": data_argument(data), "data_alias": DataAliasOpt, **annotations}
     defaults = {**_DEFAULTS, "output": output_default, "data_alias": None}
@@ -466,6 +472,7 @@ def command(
     data: str | None = None,
     on: typer.Typer | None = None,
     result: bool = True,
+    shared: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register `fn(common)` or `fn(common, opts)` as `mlb NAME`.
 
@@ -476,15 +483,16 @@ def command(
     `CommonOptions` and one options object; a tool error or Ctrl-C anywhere in it is one
     `Error:` line. `on`: the (sub-)app to register on, e.g. `mlb history`'s (default: `mlb`).
     `result=False`: a command that writes no result (the history's own): no --profile,
-    --show-config or --no-history, and --set names a history field.
+    --show-config or --no-history, and --set names a history field. `shared`: a shared option
+    that means something else here, by name, e.g. {"force": …} for `history rm`'s help.
     """
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]  # not common
         cls = own[0].annotation if own and is_dataclass(own[0].annotation) else None
         measuring = on is None and name in MEASURING
-        shared = _shared_params(output, output_default, data, measuring, result)
-        params = (_own_params(cls) if cls else own) + shared
+        options = _shared_params(output, output_default, data, measuring, result, shared)
+        params = (_own_params(cls) if cls else own) + options
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> None:

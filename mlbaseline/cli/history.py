@@ -425,7 +425,11 @@ class RmOptions:
     result_id: Annotated[int, typer.Argument(help="Record id to delete.")]
 
 
-@command("rm", on=history_app, result=False)
+# --force here confirms the deletion; it never lets --output overwrite
+RmForce = Annotated[bool, typer.Option("--force", help="Delete: the confirmation rm needs.")]
+
+
+@command("rm", on=history_app, result=False, shared={"force": RmForce})
 def rm_command(common: CommonOptions, o: RmOptions) -> None:
     """Delete one record (needs --force; the result file itself is left alone). The only way
     mlb ever deletes a record.
