@@ -61,7 +61,7 @@ def ab_table(result: Result) -> Table:
     d = ab_data(result)
     title = f"B vs A: {d.pairs_done} pairs, band ±{fmt.percent(d.threshold)}"
     caption = "p: Wilcoxon signed-rank, Holm-adjusted; MDE at 80% power"
-    table = compact_table(title, caption=caption)
+    table = compact_table(title, caption=caption, secondary=("MDE",))  # below, if too wide
     table.add_column("stage", no_wrap=True)
     for header in ("B/A−1", "95% CI", "p", "MDE"):
         table.add_column(header, justify="right", no_wrap=True)
