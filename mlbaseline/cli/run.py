@@ -40,7 +40,9 @@ def phase_table(baseline: Result) -> Table:
     return table
 
 
-def _print_outcome(ui: Ui, baseline: Result, out_dir: Path, report: Path | None) -> None:
+def _print_outcome(
+    ui: Ui, baseline: Result, out_dir: Path, report: Path | None, html: bool = False
+) -> None:
     ui.print(phase_table(baseline))
     failed = [c for c in baseline.verdict.checks if c.status == "fail"]
     for check in failed[:10]:
@@ -50,6 +52,20 @@ def _print_outcome(ui: Ui, baseline: Result, out_dir: Path, report: Path | None)
     ui.print(f"results in [bold]{escape(str(out_dir))}[/bold]")
     if report is not None:
         ui.print(f"report: [bold]{escape(str(report))}[/bold]")
+        if html:  # written beside the Markdown, named after it
+            ui.print(f"HTML report: [bold]{escape(str(report.with_suffix('.html')))}[/bold]")
+
+
+def _run_with_probe(cfg: Config, out_dir: Path, ui: Ui, **options: Any) -> Any:
+    """`run_baseline` with the GPU probe opened for the run and always closed."""
+    from mlbaseline.measure.gpu import default_probe
+    from mlbaseline.runners.run import run_baseline
+
+    probe = default_probe()
+    try:
+        return run_baseline(cfg, out_dir, probe, ui.progress, **options)
+    finally:
+        probe.close()
 
 
 DATA_HELP = "Image-folder dataset: a subset is drawn from it and measured."
@@ -116,34 +132,19 @@ def run(
     held = ExitStack()
 
     def measure(cfg: Config, ui: Ui) -> Result:
-        from mlbaseline.measure.gpu import default_probe
-        from mlbaseline.runners.run import default_output_dir, lock_run_dir, run_baseline
+        from mlbaseline.runners.run import default_output_dir, lock_run_dir
 
         done["dir"] = out_dir = common.output or default_output_dir()
         # one run per folder, from before its first file to after its history record
         held.enter_context(lock_run_dir(out_dir, skipped))
-        probe = default_probe()
-        try:
-            outcome = run_baseline(
-                cfg,
-                out_dir,
-                probe,
-                ui.progress,
-                ignore_env=ignore_env,
-                skip=skipped,
-                force=common.force,
-                html=html,
-            )
-        finally:
-            probe.close()
+        outcome = _run_with_probe(
+            cfg, out_dir, ui, ignore_env=ignore_env, skip=skipped, force=common.force, html=html
+        )
         done["report"] = outcome.report_path
         return outcome.baseline
 
     def render(baseline: Result, ui: Ui) -> None:
-        _print_outcome(ui, baseline, done["dir"], done["report"])
-        if html and done["report"] is not None:  # written beside the Markdown, named after it
-            page = escape(str(done["report"].with_suffix(".html")))
-            ui.print(f"HTML report: [bold]{page}[/bold]")
+        _print_outcome(ui, baseline, done["dir"], done["report"], html)
 
     def written(baseline: Result) -> Path:
         # baseline.json holds every phase's metrics: the one file of a run the history records

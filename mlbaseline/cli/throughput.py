@@ -353,20 +353,7 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     Example: mlb throughput --batch-sizes 8,16 --mode train -o tp.json
     """
 
-    if o.mode is not None and o.mode not in ("train", "inference", "both"):
-        raise UsageError(f"--mode: '{o.mode}' is not one of train, inference, both")
-    overrides = {
-        "throughput.batch_sizes": parse_int_list(o.batch_sizes, "--batch-sizes"),
-        "throughput.mode": o.mode,
-        "throughput.nproc": o.nproc,
-        "throughput.repeats": parse_repeats(o.repeats),
-        "throughput.min_time_s": o.min_time,
-        "workload.device": o.device,
-        "workload.model": o.model,
-        "throughput.trace": True if o.trace else None,
-        "throughput.trace_steps": o.trace_steps,
-        **_data_overrides(common.data),
-    }
+    overrides = _overrides(o, common.data)
     output = common.output
     name = telemetry_name(output) if output is not None else "telemetry.csv"
     launch = torchrun_env()
@@ -401,6 +388,24 @@ def throughput(common: CommonOptions, o: ThroughputOptions) -> None:
     render = lambda result, ui: print_summary(ui, result)  # noqa: E731
     with failures_announced(launch):  # a rank that fails tells the other nodes' ranks
         execute(common, measure, overrides, prepare=prepare, outputs=outputs, render=render)
+
+
+def _overrides(o: ThroughputOptions, data: Path | None) -> dict[str, Any]:
+    """The config keys this command's own options set (None: not given, the config decides)."""
+    if o.mode is not None and o.mode not in ("train", "inference", "both"):
+        raise UsageError(f"--mode: '{o.mode}' is not one of train, inference, both")
+    return {
+        "throughput.batch_sizes": parse_int_list(o.batch_sizes, "--batch-sizes"),
+        "throughput.mode": o.mode,
+        "throughput.nproc": o.nproc,
+        "throughput.repeats": parse_repeats(o.repeats),
+        "throughput.min_time_s": o.min_time,
+        "workload.device": o.device,
+        "workload.model": o.model,
+        "throughput.trace": True if o.trace else None,
+        "throughput.trace_steps": o.trace_steps,
+        **_data_overrides(data),
+    }
 
 
 def _data_overrides(data: Path | None) -> dict[str, Any]:
