@@ -240,7 +240,12 @@ class Gpu(Strict):
     memory_total: int
 
 
-class Informational(Fingerprint):
+class TorchFacts(Strict):
+    """`envinfo.torch_info()`'s facts (besides the torch version, which is a blocking key of
+    the fingerprint): the informational fingerprint and env-check's software payload hold the
+    same facts. Every key is optional: an older torch may give fewer, and a missing fact is
+    shown as unknown, never guessed."""
+
     torchvision: str | None = None
     cuda_build: str | None = None
     cuda_available: bool | None = None
@@ -252,6 +257,11 @@ class Informational(Fingerprint):
     torch_threads: int | None = None
     torch_interop_threads: int | None = None
     deterministic_algorithms: bool | None = None
+
+
+# TorchFacts first: of two bases' configs the later one wins, and the fingerprint keeps the
+# keys a later writer adds (Open), where env-check's payload refuses them (Strict)
+class Informational(TorchFacts, Fingerprint):
     python: str | None = None
     python_implementation: str | None = None
     os: str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlbaseline.documents.base import FiniteFloat, Strict
+from mlbaseline.documents.base import FiniteFloat, Strict, TorchFacts
 
 
 class CpuTimes(Strict):
@@ -41,22 +41,10 @@ class Host(Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class Software(Strict):
-    """`envinfo.torch_info()`. Every key is optional: a test or an older torch may give fewer,
-    and a missing fact is shown as unknown, never guessed."""
+class Software(TorchFacts):
+    """`envinfo.torch_info()`: the torch version and the facts the fingerprint also holds."""
 
     torch: str | None = None
-    torchvision: str | None = None
-    cuda_build: str | None = None
-    cuda_available: bool | None = None
-    cudnn: str | None = None
-    cudnn_deterministic: bool | None = None
-    cudnn_benchmark: bool | None = None
-    tf32_matmul: bool | None = None
-    tf32_cudnn: bool | None = None
-    torch_threads: int | None = None
-    torch_interop_threads: int | None = None
-    deterministic_algorithms: bool | None = None
 
 
 class Gpu(Strict):
