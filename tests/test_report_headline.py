@@ -5,6 +5,7 @@ the second and sizes a reader can believe, and advises only what the result's so
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -82,6 +83,21 @@ def test_the_headline_says_what_it_can_see(demo):
     mde = noise["train.bs8.step"].mde
     sentence = next(x for x in _headline(md).splitlines() if "What it can see" in x)
     assert f"{mde:.1%} at batch 8 (6 processes)" in sentence
+
+
+def test_two_results_each_say_what_they_can_see(tmp_path):
+    """Two files' noise records share metric names: each file's MDE is its own, labelled."""
+    doc = json.loads((SIGNALS / "replicated_quiet.json").read_text(encoding="utf-8"))
+    mde = doc["data"]["noise"]["train.bs8.step"]["mde"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a/r.json").write_text(json.dumps(doc), encoding="utf-8")
+    doc["data"]["noise"]["train.bs8.step"]["mde"] = mde * 2
+    (tmp_path / "b/r.json").write_text(json.dumps(doc), encoding="utf-8")
+    md = _markdown([tmp_path / "a/r.json", tmp_path / "b/r.json"])
+    sentence = next(x for x in _headline(md).splitlines() if "What it can see" in x)
+    assert f"{mde:.1%} at batch 8 (a/r.json)" in sentence
+    assert f"{2 * mde:.1%} at batch 8 (b/r.json)" in sentence
 
 
 def test_only_fired_signals_are_in_the_main_flow(demo):

@@ -196,13 +196,16 @@ def mde_sentence(ctx: ReportContext) -> str:
             "No training throughput result: this report cannot say how small a change a "
             "compare of two runs like it could see."
         )
-    noise = payloads.noise_records(results)
     seen, power = [], None
-    for g in all_groups(results, "train"):
-        rec = noise.get(f"{g.prefix}.step")
-        if rec is not None and rec.mde is not None:
-            seen.append(f"{pct(rec.mde)} at batch {g.label} ({rec.processes} processes)")
-            power = rec.power
+    for r in results:  # each file's own noise: two files' records share metric names
+        noise = payloads.noise_records([r])
+        label = _file_label(ctx, r, "throughput")
+        for g in all_groups([r], "train"):
+            rec = noise.get(f"{g.prefix}.step")
+            if rec is not None and rec.mde is not None:
+                where = f"batch {g.label}{label}"
+                seen.append(f"{pct(rec.mde)} at {where} ({rec.processes} processes)")
+                power = rec.power
     if seen:
         return (
             "**What it can see:** a compare of two runs like this one can tell a change in the "
