@@ -338,6 +338,7 @@ class CompareConfig:
                              "noise between processes; fewer on both sides: insufficient data.",
                              min=2)  # fmt: skip
     fail_on: str = _f("regressed", "Which verdicts exit 1.", choices=("regressed", "any", "never"))
+    memory_threshold: float = _f(0.05, "Practical threshold of memory metrics (role memory).", gt=0)
 
 
 @dataclass(frozen=True)
