@@ -14,7 +14,7 @@ the stop reason, per-stage verdicts (`stages`) and the overall `verdict`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -129,12 +129,12 @@ def stage_values(times: list[StepTimes], stage: str) -> list[float]:
 
 
 def judge(
-    log: PairLog, cfg: Config, threshold: float, seed: int
+    log: PairLog, cfg: Config, threshold: float, seed: int, compared: Sequence[str] = COMPARED
 ) -> tuple[list[stats.PairedStage], str]:
-    """Per-stage paired verdicts (Holm across COMPARED) and the overall verdict."""
+    """Per-stage paired verdicts (Holm across `compared`) and the overall verdict."""
     c = cfg.compare
-    a = {s: stage_values(log.times["a"], s) for s in COMPARED}
-    b = {s: stage_values(log.times["b"], s) for s in COMPARED}
+    a = {s: stage_values(log.times["a"], s) for s in compared}
+    b = {s: stage_values(log.times["b"], s) for s in compared}
     judged = stats.compare_paired(
         a,
         b,
@@ -155,21 +155,24 @@ def ab_result(
     seed: int,
     meta: dict[str, Any] | None = None,
     control_meta: dict[str, Any] | None = None,
+    extra_stages: Sequence[str] = (),
 ) -> Result:
     """The versioned result: both arms' raw samples (pair ids as replicate ids), the order,
     per-stage verdicts with one check each (regressed fails), the overall verdict; the control
-    kernel's samples (`ab.control.matmul`, with `control_meta`) and the drift record."""
+    kernel's samples (`ab.control.matmul`, with `control_meta`) and the drift record.
+    `extra_stages`: stages beyond the training stages (a script's own), judged like them."""
     result = Result(kind="ab", config={"a": cfg_a.to_dict(), "b": cfg_b.to_dict()})
     ids = list(range(len(log.done)))
+    compared = (*TRAIN_STAGES, *extra_stages, "step")
     for arm in ARMS:
-        for s in RECORDED:
+        for s in (*compared, "residual"):
             warm = stage_values(log.warmup[arm], s)
             meta_m = {"group": f"ab.{arm}", "arm": arm, "stage": s, "role": "stage"}
             if s == "step":
                 meta_m["role"] = "total"
             values = stage_values(log.times[arm], s)
             result.add_metric(Metric(f"ab.{arm}.{s}", "s", False, values, warm, ids, meta=meta_m))
-    judged, overall = judge(log, cfg_a, threshold, seed)
+    judged, overall = judge(log, cfg_a, threshold, seed, compared)
     judged, overall, drift_doc = _drift(result, log, judged, overall, threshold, control_meta)
     for st in judged:
         status = {"regressed": "fail", "inconclusive": "warn"}.get(st.verdict, "pass")
@@ -192,7 +195,7 @@ def ab_result(
     }
     if log.stop_reason == "interrupted":
         result.mark("interrupted", f"Ctrl-C: {len(log.done)} finished pairs kept")
-    _warn_pairs(result, len(log.done), cfg_a.compare.alpha)
+    _warn_pairs(result, len(log.done), cfg_a.compare.alpha, len(compared))
     return result
 
 
@@ -234,10 +237,10 @@ def _drift(
     return held, stats.overall_verdict(held), doc
 
 
-def _warn_pairs(result: Result, n: int, alpha: float) -> None:
+def _warn_pairs(result: Result, n: int, alpha: float, k: int = len(COMPARED)) -> None:
     """Fewer pairs than the signed-rank test needs to pass Holm's alpha/k: no stage can be
     called regressed or improved, whatever the data; the advice is a count that can."""
-    k, need = len(COMPARED), pairs_reachable(len(COMPARED), alpha)
+    need = pairs_reachable(k, alpha)
     if n >= need:
         return
     floor = f"its smallest p is {min_wilcoxon_p(n):.2g}" if n >= 2 else "none"
