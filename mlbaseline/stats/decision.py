@@ -28,6 +28,11 @@ total did not move can still be shown "unchanged" (its CI inside the band needs 
 the CI lies beyond the practical threshold, so the smallest change seen with 80% power is
 ``expm1(max(log1p(thr) + t_c·se, t_α'·se) + t_power·se)``. :func:`replicates_to_settle` and
 :func:`min_decidable` are derived from the same degrees of freedom the test uses.
+
+**Memory** (:func:`memory_rule`) is nearly deterministic: a rank or t test on a handful of
+identical values is the wrong tool (no spread, no p). Its CI is the ratio of medians widened by
+the measured spread, and its p says only whether that CI lies beyond the band; the verdict then
+comes from :func:`decide` like every other one.
 """
 
 from __future__ import annotations
@@ -84,6 +89,84 @@ def below_band(ratio_ci: tuple[float, float, float], threshold: float) -> bool:
     _, lo, hi = ratio_ci
     inside = lo >= 1.0 - threshold and hi <= 1.0 + threshold
     return inside and not lo <= 1.0 <= hi
+
+
+# --------------------------------------------------------------------------- memory
+
+DEFAULT_MEMORY_THRESHOLD = 0.05  # compare.memory_threshold's default
+# The spread a memory CI assumes at least, as a share of the threshold: what one value a side
+# (or byte-identical values) cannot measure, pages and allocator blocks, is taken as a quarter
+# of the band, so an A/A pair whose medians differ by a page is "unchanged", not "a change".
+MEMORY_RESOLUTION = 0.25
+
+
+@dataclass(frozen=True)
+class MemoryJudgement:
+    """One memory metric judged by :func:`memory_rule` (ratio new/old of the medians)."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p: float  # 0: the CI lies wholly beyond the band; 1: it does not
+    spread: float  # the relative spread the CI was widened by (floor included)
+    median_old: float
+    median_new: float
+    verdict: str
+    mde: float  # the smallest change this pair of sides calls (its spread and the band)
+
+
+def _relative_spread(values: np.ndarray, median: float, base: float) -> float:
+    """(max − min) / median of one side (/ `base` where its median is not positive); 0 for a
+    single value."""
+    if values.size < 2:
+        return 0.0
+    return float(values.max() - values.min()) / (median if median > 0 else base)
+
+
+def memory_ci(
+    old: Sequence[float], new: Sequence[float], threshold: float, scale: float | None = None
+) -> tuple[tuple[float, float, float], float, float]:
+    """((ratio, low, high), p, s) of the memory rule (module doc): ratio = median(new) /
+    median(old); s = the larger side's (max − min) / median, at least MEMORY_RESOLUTION of the
+    threshold; CI = (r, r·(1 − s), r·(1 + s)), its low end clamped at 0; p = 0 when the CI lies
+    wholly beyond 1 ± threshold, else 1.
+
+    Where median(old) is not positive (a stage that frees memory holds ≤ 0 bytes at its end)
+    the change is measured against `scale` (the caller passes the group's peak):
+    ratio = 1 + (median(new) − median(old)) / scale. Two all-zero sides are ratio 1."""
+    a, b = np.asarray(old, dtype=np.float64), np.asarray(new, dtype=np.float64)
+    if a.size == 0 or b.size == 0 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("memory values: both sides need finite values")
+    m_old, m_new = float(np.median(a)), float(np.median(b))
+    base = m_old if m_old > 0 else (scale or 0.0)
+    if base <= 0:  # nothing to scale by: the larger magnitude on either side (1 byte if all 0)
+        base = max(float(np.abs(a).max()), float(np.abs(b).max()), 1.0)
+    r = 1.0 + (m_new - m_old) / base
+    measured = max(_relative_spread(a, m_old, base), _relative_spread(b, m_new, base))
+    s = max(measured, MEMORY_RESOLUTION * threshold)
+    ci = (r, max(0.0, r - abs(r) * s), r + abs(r) * s)
+    beyond = ci[1] > 1.0 + threshold or ci[2] < 1.0 - threshold
+    return ci, 0.0 if beyond else 1.0, s
+
+
+def memory_rule(
+    old: Sequence[float],
+    new: Sequence[float],
+    higher_is_better: bool = False,
+    threshold: float = DEFAULT_MEMORY_THRESHOLD,
+    alpha: float = 0.05,
+    scale: float | None = None,
+) -> MemoryJudgement:
+    """The verdict of one memory metric: :func:`memory_ci`, then :func:`decide` (the module's
+    attribute, looked up at call time: a spy that replaces it sees every memory verdict) at
+    `threshold` (compare.memory_threshold). A doubling is "regressed" and identical values
+    "unchanged" at every count, even one value a side."""
+    ci, p, s = memory_ci(old, new, threshold, scale)
+    verdict = decide(ci, p, higher_is_better, threshold, alpha)
+    # the smallest rise whose CI clears the band: r·(1 − s) > 1 + threshold
+    mde = (1.0 + threshold) / (1.0 - s) - 1.0 if s < 1.0 else math.inf
+    m_old, m_new = float(np.median(old)), float(np.median(new))
+    return MemoryJudgement(ci[0], ci[1], ci[2], p, s, m_old, m_new, verdict, mde)
 
 
 # --------------------------------------------------------------------------- the test
@@ -218,17 +301,22 @@ def fewest(ok: Callable[[int], bool], lo: int, cap: int) -> int:
 
 
 __all__ = [
+    "DEFAULT_MEMORY_THRESHOLD",
     "INSUFFICIENT",
+    "MEMORY_RESOLUTION",
     "POWER",
     "RANK_MIN",
     "Gated",
     "LogTTest",
+    "MemoryJudgement",
     "below_band",
     "decide",
     "detectable_change",
     "fewest",
     "gatekeep",
     "log_t_test",
+    "memory_ci",
+    "memory_rule",
     "min_decidable",
     "replicates_to_settle",
     "t_dof",
