@@ -3,7 +3,9 @@
 Both modes share the pairs, the order, the per-stage paired verdicts and the drift record; one
 process (`run_ab`) adds its allocator, warm-up and compile times; `--processes`
 (`runners/ab_process.py`) adds the turn rule, each arm's command, every turn and the environment
-and config keys that differed between the arms; the CLI adds the `--set-a`/`--set-b` overrides.
+and config keys that differed between the arms; `--attach` (`runners/attach_ab.py`) adds the
+mode that ran, the turns, the script's command and the refs; the CLI adds the `--set-a`/`--set-b`
+overrides.
 A statistic that came out NaN (the MDE of fewer than two pairs) is written as null.
 """
 
@@ -92,14 +94,33 @@ class ArmCommand(Strict):
 
 
 class Turn(Strict):
-    """One fresh process of `--processes`."""
+    """One arm's turn: a fresh process of `--processes`, or a turn of `--attach` (`steps`
+    measured, `fresh`: in a process started for it)."""
 
     pair: int
     arm: str
-    returncode: int | None
+    returncode: int | None = None
     wall_s: FiniteFloat
     status: str
     error: str | None = None
+    steps: int | None = None
+    fresh: bool | None = None
+
+
+class Fallback(Strict):
+    """`--attach`: the long-lived process that could not go on, and from which pair on each
+    turn was a fresh process."""
+
+    pair: int
+    arm: str
+    reason: str
+
+
+class Ref(Strict):
+    """`--ref-a/--ref-b`: the ref asked for and the commit its worktree was made at."""
+
+    ref: str | None
+    commit: str | None
 
 
 class Overrides(Strict):
@@ -145,3 +166,11 @@ class Data(Strict):
     environment_differs: dict[str, list[JsonValue]] | None = None
     config_differs: dict[str, list[JsonValue]] | None = None
     overrides: Overrides | None = None  # the CLI's --set-a / --set-b
+    # --attach (runners/attach_ab.py): the mode that ran ("long-lived", "short-processes",
+    # "long-lived, then short-processes"), the turn length, the script's command, processes
+    # started per arm, the fallback, and each arm's ref and commit (--ref-a/--ref-b)
+    turn_s: Num = None
+    command: list[str] | None = None
+    processes: ArmPair | None = None
+    fallback: Fallback | None = None
+    refs: dict[str, Ref] | None = None

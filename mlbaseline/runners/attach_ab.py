@@ -1,0 +1,305 @@
+"""`mlb ab --attach` core: a paired A/B of two versions of the user's own, unmodified script.
+
+Each arm is the same command (`python train.py …`) run in its own folder (two checkouts:
+`--cwd-a/--cwd-b`, or the worktrees `runners.worktrees` makes for `--ref-a/--ref-b`), under the
+attach hooks in turn mode (`runners.attach_turns`, the child's side). By default each arm is
+ONE long-lived process: it is started at its first turn, pays its import and warm-up once, and
+then waits, blocked at a step's end, while the other arm runs. A turn is `turn_s` seconds of
+that arm's steady-state steps; the turns run pair by pair in the ABBA/BAAB order of
+`measure.interleave.abba_order`, through `runners.ab.run_pairs` (budget, Ctrl-C keeps the
+finished pairs, a failed turn drops its pair, `MAX_FAILURES` in a row stop the run).
+
+Each turn is summarised by its median step and the median of each stage (the training stages,
+any stage the script adds, and the residual); the per-pair ratios B/A of those go to
+`runners.ab.ab_result` (`stats.compare_paired`: Wilcoxon signed-rank, Holm, bootstrap CI),
+the same statistics, verdicts and result shape as every `mlb ab`.
+
+When the long-lived processes cannot alternate (one of them ended or stopped answering), the
+rest of the run falls back to a short fresh process per turn for both arms (each pays its
+warm-up, then measures one turn and is stopped), and the result says so: `data.mode` is
+"long-lived", "short-processes" (`short=True`, or asked for) or "long-lived, then
+short-processes" with `data.fallback` saying after which pair and why.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mlbaseline import stats
+from mlbaseline.config import Config
+from mlbaseline.errors import UsageError
+from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.interleave import ARMS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S, abba_order
+from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
+from mlbaseline.measure.timers import StepTimes
+from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.results import Result
+from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs
+from mlbaseline.runners.attach_turns import MIN_STEPS
+
+START_TIMEOUT_S = 300.0  # import + first step + warm-up of one arm's process
+TURN_SLACK_S = 60.0  # a turn that has not answered turn_s + this later is lost
+LONG, SHORT = "long-lived", "short-processes"
+NOT_STAGES = ("residual", "eval")  # kept apart or derived: never a judged stage of the step
+METHOD = (
+    "one long-lived process per arm (or a fresh one per turn, see mode), turns of --turn-s "
+    "seconds after the warm-up; per-pair log-ratio B/A of each turn's median step and stage "
+    "times; median, bootstrap CI; Wilcoxon signed-rank; Holm"
+)
+
+
+@dataclass(frozen=True)
+class ScriptArm:
+    """One arm: the command, the folder it runs in, extra environment variables, and what
+    the folder is (a ref and its commit for a worktree)."""
+
+    command: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    ref: str | None = None
+    commit: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"command": list(self.command), "cwd": str(self.cwd), "env": dict(self.env)}
+
+
+class ArmChild(Protocol):
+    """A running arm process as the turn loop drives it (`attach_turns`' protocol)."""
+
+    def send(self, command: dict[str, Any]) -> None: ...
+
+    def event(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next status event; None when the process ended (its status fd closed).
+        No event within `timeout_s` → TimeoutError."""
+        ...
+
+    def end(self) -> str:
+        """Stop the process (stop command, then signals after a grace period) and wait for
+        it; returns how it ended (exit code and its last stderr line)."""
+        ...
+
+
+Spawner = Callable[[ScriptArm, str], ArmChild]  # (arm, "a"/"b") → a started process
+
+
+def turn_times(steps: Sequence[Mapping[str, Any]]) -> tuple[StepTimes, int]:
+    """One turn's figures: the median step, the median of every stage seen (a step without
+    it counts 0), the median residual (a step's own, else step − its stages); and the median
+    samples per step."""
+    names = sorted({n for s in steps for n in s["stages"]} - set(NOT_STAGES))
+    stages = {n: statistics.median(s["stages"].get(n, 0.0) for s in steps) for n in names}
+
+    def residual(s: Mapping[str, Any]) -> float:
+        own = s["stages"].get("residual")
+        if own is not None:
+            return float(own)
+        return s["step"] - sum(v for n, v in s["stages"].items() if n not in NOT_STAGES)
+
+    stages["residual"] = statistics.median(residual(s) for s in steps)
+    samples = int(statistics.median(s.get("samples", 0) for s in steps))
+    return StepTimes(total_s=statistics.median(s["step"] for s in steps), stages=stages), samples
+
+
+@dataclass
+class _Turns:
+    """The turn loop's side: each arm's process, the mode, every turn's record."""
+
+    arms: Mapping[str, ScriptArm]
+    spawner: Spawner
+    turn_s: float
+    clock: Clock
+    mode: str = LONG
+    start_timeout_s: float = START_TIMEOUT_S
+    pair: int = 0
+    children: dict[str, ArmChild] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    fallback: dict[str, Any] | None = None
+    started: dict[str, int] = field(default_factory=lambda: {a: 0 for a in ARMS})
+
+    def step(self, arm: str) -> Callable[[], StepRecord]:
+        return lambda: self.turn(arm)
+
+    def turn(self, arm: str) -> StepRecord:
+        start = self.clock.now_ns()
+        # "interrupted" unless the turn ends otherwise: Ctrl-C is the one way out unrecorded
+        record: dict[str, Any] = {"pair": self.pair, "arm": arm, "status": "interrupted"}
+        self.records.append(record)
+        fresh = arm not in self.children
+        record["fresh"] = fresh
+        try:
+            child = self.children.get(arm) or self._start(arm)
+            steps, partial = self._measure(arm, child)
+        except TurnFailed as exc:
+            record.update(status="failed", error=str(exc))
+            raise TurnFailed(f"arm {arm.upper()}: {exc}") from None
+        finally:
+            record["wall_s"] = (self.clock.now_ns() - start) / 1e9
+        record.update(status="partial" if partial else "ok", steps=len(steps))
+        if self.mode == SHORT and arm in self.children:
+            self._end(arm)
+        times, samples = turn_times(steps)
+        return StepRecord(times, samples)
+
+    def _start(self, arm: str) -> ArmChild:
+        """A new process for the arm, waited on until its warm-up is over."""
+        try:
+            child = self.spawner(self.arms[arm], arm)
+        except OSError as exc:
+            raise TurnFailed(f"could not start {self.arms[arm].command[0]}: {exc}") from None
+        self.children[arm] = child
+        self.started[arm] += 1
+        event = self._next(arm, child, self.start_timeout_s, "warm-up")
+        while event.get("event") != "measuring":
+            event = self._next(arm, child, self.start_timeout_s, "warm-up")
+        return child
+
+    def _measure(self, arm: str, child: ArmChild) -> tuple[list[dict[str, Any]], bool]:
+        child.send({"cmd": "go", "seconds": self.turn_s})
+        while True:
+            event = self._next(arm, child, self.turn_s + TURN_SLACK_S, "turn")
+            if event.get("event") == "turn":
+                break
+        steps, partial = list(event.get("steps") or []), bool(event.get("partial"))
+        if partial:  # the script ended on its own during the turn: this process is done
+            self._lost(arm, "the script ended during a turn")
+        if len(steps) < MIN_STEPS:
+            raise TurnFailed(f"the turn measured {len(steps)} steps (fewer than {MIN_STEPS})")
+        return steps, partial
+
+    def _next(self, arm: str, child: ArmChild, timeout_s: float, what: str) -> dict[str, Any]:
+        """The next event; an ended process, an error event or silence → TurnFailed."""
+        try:
+            event = child.event(timeout_s)
+        except TimeoutError:
+            why = self._lost(arm, f"no answer in {timeout_s:g} s during its {what}")
+            raise TurnFailed(why) from None
+        if event is None:
+            raise TurnFailed(self._lost(arm, f"the process ended during its {what}"))
+        if event.get("event") == "error":
+            raise TurnFailed(self._lost(arm, str(event.get("message"))))
+        return event
+
+    def _lost(self, arm: str, why: str) -> str:
+        """An arm's process is gone or useless: end it; a long-lived run falls back to a
+        fresh process per turn for both arms from here on. Returns the reason, with how the
+        process ended."""
+        how = self._end(arm)
+        if self.mode == LONG:
+            self.fallback = {"pair": self.pair, "arm": arm, "reason": why}
+            self.mode = SHORT
+            for other in list(self.children):
+                self._end(other)
+        return f"{why} ({how})" if how else why
+
+    def _end(self, arm: str) -> str:
+        child = self.children.pop(arm, None)
+        return child.end() if child is not None else ""
+
+    def close(self) -> None:
+        for arm in list(self.children):
+            self._end(arm)
+
+    def mode_ran(self, short: bool) -> str:
+        if short:
+            return SHORT
+        return LONG if self.fallback is None else f"{LONG}, then {SHORT}"
+
+
+def extra_stages(log_times: Mapping[str, Sequence[StepTimes]]) -> list[str]:
+    """The stages beyond the training stages that the arms' turns measured (a script's own)."""
+    seen = {n for times in log_times.values() for t in times for n in t.stages}
+    return sorted(seen - set(TRAIN_STAGES) - set(NOT_STAGES))
+
+
+def _checked(pairs: int, turn_s: float, budget_s: float | None) -> None:
+    if pairs < 1:
+        raise UsageError(f"--pairs: at least 1, got {pairs}")
+    if not math.isfinite(turn_s) or turn_s <= 0:
+        raise UsageError(f"--turn-s: must be > 0, got {turn_s}")
+    if budget_s is not None and budget_s <= 0:
+        raise UsageError("--budget: must be > 0 seconds")
+
+
+def run_ab_attach(
+    cfg: Config,
+    arm_a: ScriptArm,
+    arm_b: ScriptArm,
+    spawner: Spawner,
+    pairs: int = DEFAULT_PROCESS_PAIRS,
+    budget_s: float | None = None,
+    progress: Progress | None = None,
+    *,
+    turn_s: float = DEFAULT_TURN_S,
+    threshold: float = stats.PAIRED_THRESHOLD,
+    seed: int | None = None,
+    short: bool = False,
+    clock: Clock | None = None,
+    max_failures: int = MAX_FAILURES,
+) -> Result:
+    """Run the two arms' turns, `pairs` pairs in ABBA/BAAB order (or until `budget_s`), and
+    judge B/A per stage from each turn's medians. `cfg` gives the statistics' settings
+    (compare.alpha, …) and `seed` (default its golden.seed) the order and the bootstrap;
+    `spawner` starts one arm's process; `short`: a fresh process per turn from the start."""
+    _checked(pairs, turn_s, budget_s)
+    arms = {"a": arm_a, "b": arm_b}
+    seed = cfg.golden.seed if seed is None else seed
+    order = abba_order(pairs, seed)
+    clock = clock or PerfClock()
+    turns = _Turns(arms, spawner, turn_s, clock, mode=SHORT if short else LONG)
+    progress = progress or NullProgress()
+    try:
+        with progress.task("ab: pairs (attached)", total=pairs) as task:
+
+            def on_pair(i: int) -> None:
+                turns.pair = i + 1
+                task.advance()
+
+            steps = {arm: turns.step(arm) for arm in ARMS}
+            log = run_pairs(steps, order, budget_s, clock, 0, on_pair, max_failures)
+    finally:
+        turns.close()
+    extra = extra_stages(log.times)
+    meta: dict[str, Any] = {
+        "mode": turns.mode_ran(short),
+        "pairs_requested": pairs,
+        "budget_s": budget_s,
+        "turn_s": turn_s,
+        "planned_order": order,
+        "stages_recorded": [*TRAIN_STAGES, *extra, "step", "residual"],
+        "arms": {arm: spec.describe() for arm, spec in arms.items()},
+        "command": list(arm_a.command),
+    }
+    result = ab_result(cfg, cfg, log, threshold, seed, meta, extra_stages=extra)
+    result.data.update(method=METHOD, turns=turns.records, processes=dict(turns.started))
+    if turns.fallback is not None:
+        result.data["fallback"] = turns.fallback
+        result.warn(
+            "attach_fallback",
+            f"arm {turns.fallback['arm'].upper()}'s long-lived process could not go on "
+            f"({turns.fallback['reason']}): from pair {turns.fallback['pair']} on, each turn "
+            "was a fresh process",
+        )
+    refs = {arm: {"ref": s.ref, "commit": s.commit} for arm, s in arms.items() if s.ref}
+    if refs:
+        result.data["refs"] = refs
+    if log.stop_reason == "failures":
+        last = log.dropped[-1]["error"] if log.dropped else ""
+        result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
+    return result
+
+
+__all__ = [
+    "LONG",
+    "SHORT",
+    "ArmChild",
+    "ScriptArm",
+    "Spawner",
+    "extra_stages",
+    "run_ab_attach",
+    "turn_times",
+]

@@ -1,0 +1,248 @@
+"""`mlb ab --attach` / `--ref-a --ref-b`: the child's turn sink (fake fds), the parent's turn
+loop (a fake spawner), and the whole path on a throwaway git repository made in the test."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlbaseline.config import resolve
+from mlbaseline.measure.clock import ManualClock
+from mlbaseline.measure.loop import StopRule
+from mlbaseline.results import load_result, write_result
+from mlbaseline.runners import attach_turns
+from mlbaseline.runners.attach_ab import LONG, SHORT, ScriptArm, run_ab_attach, turn_times
+from mlbaseline.runners.attach_turns import TurnSink
+
+RULE = StopRule(warmup_min=1, warmup_window=4, warmup_max=10, max_time_s=1e9)
+STAGES = {
+    "data_wait": 0.001,
+    "forward": 0.004,
+    "loss": 0.001,
+    "backward": 0.006,
+    "optimizer": 0.002,
+}
+
+
+def record(scale: float = 1.0, **extra: float) -> dict[str, Any]:
+    stages = {k: v * scale for k, v in {**STAGES, **extra}.items()}
+    return {"total_s": sum(stages.values()) + 0.0005, "stages": stages, "samples": 8}
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop() -> None:
+    raise Stopped
+
+
+def sink_with(commands: list[dict[str, Any]], clock: ManualClock) -> tuple[TurnSink, list]:
+    events: list[dict[str, Any]] = []
+    control = io.StringIO("".join(json.dumps(c) + "\n" for c in commands))
+    return TurnSink(control, events.append, clock, RULE, exit=_stop), events
+
+
+# ------------------------------------------------------------------ the child's turn sink
+
+
+def test_sink_warms_up_then_measures_turns_on_command() -> None:
+    clock = ManualClock()
+    sink, events = sink_with([{"cmd": "go", "seconds": 0.05}, {"cmd": "stop"}], clock)
+    with pytest.raises(Stopped):
+        for _ in range(100):
+            sink.on_step(record())
+            clock.advance(0.0145)
+    kinds = [e["event"] for e in events]
+    assert kinds == ["measuring", "turn"]
+    turn = events[1]["steps"]
+    # the step after the wait is dropped; then steps until 0.05 s have passed (>= 3 steps)
+    assert len(turn) == 3
+    assert turn[0]["stages"]["forward"] == pytest.approx(0.004)
+    assert turn[0]["step"] == pytest.approx(0.0145)
+    assert turn[0]["samples"] == 8
+
+
+def test_sink_blocks_until_told_and_the_parent_gone_ends_the_script() -> None:
+    clock = ManualClock()
+    sink, events = sink_with([], clock)  # control at EOF: the parent is gone
+    with pytest.raises(Stopped):
+        for _ in range(50):
+            sink.on_step(record())
+            clock.advance(0.01)
+    assert [e["event"] for e in events] == ["measuring"]
+
+
+def test_sink_bad_command_is_an_error_event_then_stop() -> None:
+    clock = ManualClock()
+    sink, events = sink_with([{"cmd": "go", "seconds": -1}], clock)
+    with pytest.raises(Stopped):
+        for _ in range(50):
+            sink.on_step(record())
+    assert events[-1]["event"] == "error"
+    assert "seconds > 0" in events[-1]["message"]
+
+
+def test_sink_close_mid_turn_writes_a_partial_turn() -> None:
+    clock = ManualClock()
+    sink, events = sink_with([{"cmd": "go", "seconds": 100}], clock)
+    for _ in range(20):
+        sink.on_step(record())
+        clock.advance(0.01)
+    sink.close()
+    assert events[-1]["event"] == "turn" and events[-1]["partial"] is True
+    assert events[-1]["steps"]
+
+
+def test_sink_close_during_warmup_says_why() -> None:
+    sink, events = sink_with([], ManualClock())
+    sink.on_step(record())
+    sink.close()
+    assert events == [
+        {"event": "error", "message": "the script ended after 1 steps, before its warm-up was over"}
+    ]
+
+
+def test_sink_over_real_pipes_from_env() -> None:
+    """The fds a parent passes: commands in, JSON lines out."""
+    ctrl_r, ctrl_w = os.pipe()
+    stat_r, stat_w = os.pipe()
+    env = {attach_turns.CONTROL_FD: str(ctrl_r), attach_turns.STATUS_FD: str(stat_w)}
+    sink = attach_turns.from_env(env)
+    sink.loop = attach_turns.StepLoop(RULE)
+    sink.exit = _stop
+    os.write(ctrl_w, b'{"cmd":"go","seconds":1e-9}\n{"cmd":"stop"}\n')
+    with pytest.raises(Stopped):
+        for _ in range(50):
+            sink.on_step(record())
+    os.close(stat_w)
+    with os.fdopen(stat_r) as f:
+        lines = [json.loads(line) for line in f]
+    assert [e["event"] for e in lines] == ["measuring", "turn"]
+    assert len(lines[1]["steps"]) == attach_turns.MIN_STEPS
+    os.close(ctrl_w)
+    sink.control.close()
+
+
+def test_from_env_without_fds_is_a_protocol_error() -> None:
+    with pytest.raises(attach_turns.ProtocolError, match="MLB_ATTACH_CONTROL_FD"):
+        attach_turns.from_env({})
+
+
+# ------------------------------------------------------------------ the parent's turn loop
+
+
+def test_turn_times_medians_custom_stage_and_residual() -> None:
+    steps = [attach_turns.step_entry(record(s, attention=0.002)) for s in (1.0, 1.0, 1.1, 0.9, 5.0)]
+    times, samples = turn_times(steps)
+    assert times.total_s == pytest.approx(sum(STAGES.values()) + 0.002 + 0.0005)
+    assert times.stages["attention"] == pytest.approx(0.002)
+    assert times.stages["residual"] == pytest.approx(0.0005)
+    assert samples == 8
+
+
+class FakeChild:
+    """An arm process: answers go with a turn of steps `slow`× slower in `stage`; `ends`:
+    the turn after which it ends as if its script had finished."""
+
+    def __init__(self, log: list[str], arm: str, slow: float, stage: str, ends: int | None):
+        self.log, self.arm, self.slow, self.stage, self.ends = log, arm, slow, stage, ends
+        self.pending = [{"event": "measuring"}]
+        self.turns = 0
+        self.ended = False
+        self.n = 0
+
+    def send(self, command: dict[str, Any]) -> None:
+        self.log.append(f"{self.arm}:{command['cmd']}")
+        if command["cmd"] != "go":
+            return
+        self.turns += 1
+        if self.ends is not None and self.turns > self.ends:
+            self.pending.append(None)
+            return
+        steps = []
+        for _ in range(6):
+            self.n += 1
+            jitter = 1 + 0.002 * ((self.n * 7) % 5 - 2)
+            extra = {self.stage: STAGES.get(self.stage, 0.002) * (self.slow - 1)}
+            rec = record(jitter)
+            rec["stages"] = {
+                k: v + extra.get(k, 0.0) for k, v in {**rec["stages"], "custom": 0.002}.items()
+            }
+            rec["total_s"] = sum(rec["stages"].values()) + 0.0005
+            steps.append(attach_turns.step_entry(rec))
+        self.pending.append({"event": "turn", "steps": steps})
+
+    def event(self, timeout_s: float) -> dict[str, Any] | None:
+        return self.pending.pop(0) if self.pending else None
+
+    def end(self) -> str:
+        self.log.append(f"{self.arm}:end")
+        return "exit code 0"
+
+
+def fake_spawner(log: list[str], slow: float = 1.0, stage: str = "forward", ends=None):
+    def spawn(arm: ScriptArm, name: str) -> FakeChild:
+        log.append(f"{name}:spawn")
+        return FakeChild(log, name, slow if name == "b" else 1.0, stage, ends)
+
+    return spawn
+
+
+def arms(tmp_path: Path) -> tuple[ScriptArm, ScriptArm]:
+    cmd = ("python", "train.py")
+    return ScriptArm(cmd, tmp_path, ref="HEAD~1", commit="a" * 40), ScriptArm(cmd, tmp_path)
+
+
+def test_long_lived_arms_alternate_and_the_slow_stage_is_named(tmp_path: Path) -> None:
+    log: list[str] = []
+    a, b = arms(tmp_path)
+    cfg = resolve(None, "demo")
+    result = run_ab_attach(cfg, a, b, fake_spawner(log, 1.5, "custom"), pairs=12, seed=3)
+    assert log.count("a:spawn") == 1 and log.count("b:spawn") == 1  # one process per arm
+    assert result.data["mode"] == LONG
+    stages = {s["stage"]: s["verdict"] for s in result.data["stages"]}
+    assert stages["custom"] == "regressed"
+    assert stages["forward"] != "regressed"
+    assert result.data["verdict"] == "regressed"
+    assert result.data["refs"] == {"a": {"ref": "HEAD~1", "commit": "a" * 40}}
+    assert "ab.b.custom" in result.measurements
+    assert log[-2:] in (["a:end", "b:end"], ["b:end", "a:end"])  # both ended at the end
+    write_result(result, tmp_path / "ab.json")  # the file reads back through its model
+    assert load_result(tmp_path / "ab.json").data["mode"] == LONG
+
+
+def test_short_processes_spawn_a_process_per_turn(tmp_path: Path) -> None:
+    log: list[str] = []
+    a, b = arms(tmp_path)
+    result = run_ab_attach(
+        resolve(None, "demo"), a, b, fake_spawner(log), pairs=4, seed=1, short=True
+    )
+    assert result.data["mode"] == SHORT
+    assert log.count("a:spawn") == 4 and log.count("b:spawn") == 4
+    assert result.data["pairs_done"] == 4
+
+
+def test_an_arm_that_ends_falls_back_to_short_processes(tmp_path: Path) -> None:
+    log: list[str] = []
+    a, b = arms(tmp_path)
+    cfg = resolve(None, "demo")
+    result = run_ab_attach(cfg, a, b, fake_spawner(log, ends=2), pairs=6, seed=1)
+    assert result.data["mode"] == f"{LONG}, then {SHORT}"
+    assert result.data["fallback"]["reason"].startswith("the process ended during its turn")
+    assert len(result.data["dropped"]) == 1  # the pair the ending cut
+    assert result.data["pairs_done"] == 5
+    assert any(w["code"] == "attach_fallback" for w in result.warnings)
+
+
+def test_bad_turn_seconds_is_usage_error(tmp_path: Path) -> None:
+    from mlbaseline.errors import UsageError
+
+    a, b = arms(tmp_path)
+    with pytest.raises(UsageError, match="--turn-s"):
+        run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([]), turn_s=0)
