@@ -23,6 +23,8 @@ WRITER = "safewrite.py"
 ALLOWED = {
     ("measure/memory.py", "RssMeter.reset"): "/proc/self/clear_refs is a kernel control "
     "file (resets VmHWM), not an output",
+    ("measure/memory_step.py", "ProcSelf._open"): "/proc/self/clear_refs again, for the "
+    "per-step VmHWM reset: a kernel control file, not an output",
     ("subset/output.py", "place_file"): "copies or links a dataset file into the private 0700 "
     "folder mkdtemp made for the partial subset; the folder moves into place as a whole",
     ("subset/output.py", "PartialDir.commit"): "renames whole folders (the finished subset, the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -113,7 +114,7 @@ def summary_table(result: Result) -> Group:
             f"{time_s * 1e3:.2f}" if time_s else "-",
             _pct(resid),
             info.stop_reason or "-",
-            _fmt_bytes(info.peak_memory_bytes, info.memory_kind),
+            _fmt_memory(result, key, part) or _fmt_bytes(info.peak_memory_bytes, info.memory_kind),
         )
         share = info.stage_share
         if share:
@@ -123,6 +124,23 @@ def summary_table(result: Result) -> Group:
             if mde:
                 shares.add_row(key, "MDE ±", *mde, "-")
     return Group(main, shares) if shares.row_count else Group(main)
+
+
+def _fmt_memory(result: Result, key: str, part: str) -> str | None:
+    """The step's peak memory, median over the measured steps (the `mem.peak` metric), and for
+    training the memory held after forward (`mem.forward`, the activations), e.g. "1.2 GiB
+    RSS, fwd 64.0 MiB"; None where the result has no memory metrics (an older file)."""
+    group = {"train": f"train.bs{key}", "train_ddp": f"train.bs{key}.ddp"}
+    prefix = group.get(part, f"infer.bs{key}")
+    peak = result.measurements.get(f"{prefix}.mem.peak")
+    if peak is None or not peak.values:
+        return None
+    rss = " RSS" if str(peak.meta.get("kind", "")).startswith("cpu_rss") else ""
+    text = f"{fmt.size(statistics.median(peak.values), '.1f')}{rss}"
+    forward = result.measurements.get(f"{prefix}.mem.forward")
+    if forward is not None and forward.values:
+        text += f", fwd {fmt.size(statistics.median(forward.values), '.1f')}"
+    return text
 
 
 def _fmt_bytes(n: Any, kind: Any) -> str:

@@ -7,6 +7,10 @@
   `/proc/self/clear_refs` ("5"), minus the RSS at reset. Where that reset is refused or VmHWM
   cannot be read back, the peak is the highest RSS seen at `update()` calls (after each step),
   which can miss a transient peak inside a step; `kind` says which was used.
+
+The per-step recorder (`measure.memory_step`, in the stage timer) resets the same peaks at each
+step's start, so a phase meter alongside it is handed each step's peak (`fold`): the phase's
+peak is then the highest of them, not only what followed the last step's reset.
 """
 
 from __future__ import annotations
@@ -32,12 +36,25 @@ class MemoryMeter(Protocol):
 
     def update(self) -> None: ...
 
+    def fold(self, peak: int | None) -> None:
+        """A peak read by someone else (absolute bytes, same counter) since `reset()`."""
+        ...
+
     def peak_bytes(self) -> int: ...
 
 
 def _status_kib(text: str, key: str) -> int | None:
     m = re.search(rf"^{key}:\s+(\d+)\s+kB", text, re.MULTILINE)
     return int(m.group(1)) * 1024 if m else None
+
+
+def vm_hwm(status: Path) -> int | None:
+    """VmHWM (peak RSS) from a `/proc/PID/status` file; None where it cannot be read (the
+    process ended, or the kernel does not say)."""
+    try:
+        return _status_kib(status.read_text(), "VmHWM")
+    except OSError:
+        return None
 
 
 class RssMeter:
@@ -61,10 +78,7 @@ class RssMeter:
         return int(self._proc.memory_info().rss)
 
     def _read_hwm(self) -> int | None:
-        try:
-            return _status_kib((self.proc_self / "status").read_text(), "VmHWM")
-        except OSError:
-            return None
+        return vm_hwm(self.proc_self / "status")
 
     def reset(self) -> None:
         try:
@@ -82,6 +96,10 @@ class RssMeter:
         # reading per step would only cost the measured loop (~25 µs)
         if not self._hwm:
             self._peak = max(self._peak, self._rss())
+
+    def fold(self, peak: int | None) -> None:
+        if peak is not None:
+            self._peak = max(self._peak, peak)
 
     def peak_bytes(self) -> int:
         if self._hwm:
@@ -105,16 +123,21 @@ class CudaMemoryMeter:
 
         self._torch = torch
         self.device = torch.device(device)
+        self._folded = 0
 
     def reset(self) -> None:
         self._torch.cuda.synchronize(self.device)
         self._torch.cuda.reset_peak_memory_stats(self.device)
+        self._folded = 0
 
     def update(self) -> None:
         pass  # the allocator keeps the peak itself
 
+    def fold(self, peak: int | None) -> None:
+        self._folded = max(self._folded, peak or 0)
+
     def peak_bytes(self) -> int:
-        return int(self._torch.cuda.max_memory_allocated(self.device))
+        return max(self._folded, int(self._torch.cuda.max_memory_allocated(self.device)))
 
 
 def make_memory_meter(device: str) -> MemoryMeter:

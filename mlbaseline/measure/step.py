@@ -29,6 +29,7 @@ from torch import nn
 from mlbaseline.errors import ConfigError, DatasetError
 from mlbaseline.measure.clock import Clock
 from mlbaseline.measure.loop import Decision, LoopResult
+from mlbaseline.measure.memory_step import StepMemory
 from mlbaseline.measure.timers import StageTimer, StepTimes
 from mlbaseline.results import Metric
 
@@ -110,6 +111,11 @@ class Batches:
                 "samples than the batch size)"
             ) from None
 
+    def worker_pids(self) -> list[int]:
+        """The loader's worker processes (persistent workers: alive until `close`)."""
+        workers = getattr(self._it, "_workers", None) or []  # torch's iterator keeps them there
+        return [w.pid for w in workers if getattr(w, "pid", None) is not None]
+
     def close(self) -> None:
         self._it = None
         self.loader = None
@@ -171,8 +177,15 @@ class SingleProcess:
 
 @dataclass(frozen=True)
 class StepRecord:
+    """One step: its times, samples, and memory (`times.memory`: the bytes each stage left
+    held and the step's peak, where the timer had a memory recorder)."""
+
     times: StepTimes
     samples: int
+
+    @property
+    def memory(self) -> StepMemory | None:
+        return self.times.memory
 
 
 class GradScalerLike(Protocol):
@@ -352,6 +365,7 @@ class TrainRun:
     epochs: int = 0
     compile_s: float | None = None  # the first (compiling) step, outside warm-up and measurement
     accum: int = 1
+    workers_peak: int | None = None  # summed VmHWM of the DataLoader workers over the phase
 
     def _metric(
         self, name: str, unit: str, hib: bool, fn: Callable[[StepRecord], float], **meta: Any
@@ -403,7 +417,82 @@ class TrainRun:
         )
         if self.grad_bytes and n > 1 and "grad_sync" in self.stages:
             out.append(self._busbw())
+        return out + self.memory_metrics()
+
+    def memory_metrics(self) -> list[Metric]:
+        """`{prefix}.mem.*` (issue 28): per step the peak (`mem.peak`), on CUDA the peak reserved
+        pool (`mem.reserved`), per stage the bytes it left held (`mem.{stage}`); per phase the
+        DataLoader workers' summed peak RSS (`mem.workers_peak`). None where a step had no
+        memory recorder (the metrics must align with the steps)."""
+        records = [*self.loop.measured, *self.loop.warmup_records]
+        first = records[0].memory if self.loop.measured else None
+        if first is None or any(r.memory is None for r in records):
+            return []
+
+        def mem(r: StepRecord) -> StepMemory:
+            return r.memory  # type: ignore[return-value]  # checked above
+
+        def held(s: str) -> Callable[[StepRecord], float]:
+            return lambda r: mem(r).held.get(s, 0)
+
+        out = [
+            self._metric(
+                "mem.peak",
+                "B",
+                False,
+                lambda r: mem(r).peak or 0,
+                role="memory",
+                memory="peak",
+                kind=first.peak_kind,
+            )
+        ]
+        if first.reserved is not None:
+            out.append(
+                self._metric(
+                    "mem.reserved",
+                    "B",
+                    False,
+                    lambda r: mem(r).reserved or 0,
+                    role="memory",
+                    memory="reserved",
+                    kind="cuda_max_reserved",
+                )
+            )
+        out += [
+            self._metric(
+                f"mem.{s}",
+                "B",
+                False,
+                held(s),
+                role="memory",
+                memory="held",
+                stage=s,
+                kind=first.kind,
+            )
+            for s in self.stages
+        ]
+        if self.workers_peak is not None:
+            out.append(self._workers_metric(self.workers_peak))
         return out
+
+    def _workers_metric(self, nbytes: int) -> Metric:
+        p = self.prefix
+        return Metric(
+            f"{p}.mem.workers_peak",
+            "B",
+            False,
+            [nbytes],
+            rank=[self.rank] if self.rank is not None else None,
+            meta={
+                "group": p,
+                "role": "memory",
+                "memory": "workers_peak",
+                "per": "phase",
+                "kind": "cpu_rss_hwm_workers_sum",
+                "note": "VmHWM summed over the DataLoader worker processes; pages they "
+                "share with the main process count in each",
+            },
+        )
 
     def _busbw(self) -> Metric:
         n = self.world_size

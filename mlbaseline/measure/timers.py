@@ -12,6 +12,11 @@ glue, hooks, the timer's own cost. It is reported, never forced to zero.
   synchronized wall-clock time of the step (`StepTimes.wall_s`), which `bench/gpu_timing_check.py`
   compares with the event total.
 
+Both take an optional memory recorder (`measure.memory_step`; `make_timer` gives one by
+default) read at the same edges, outside the clock readings so that its cost lands in the
+residual: the step's `StepTimes.memory` then holds the bytes each stage left held and the step's
+peak.
+
 Pass the timer in (`make_timer(device)`); nothing downstream branches on the device.
 """
 
@@ -23,16 +28,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.memory_step import StepMemory, StepMemoryRecorder, make_step_memory
 
 
 @dataclass(frozen=True)
 class StepTimes:
     """One step, in seconds: the total, each stage (in the order they ran), and the wall time
-    (equal to the total on CPU; the synchronized perf_counter time on CUDA)."""
+    (equal to the total on CPU; the synchronized perf_counter time on CUDA), and the step's
+    memory where the timer has a recorder."""
 
     total_s: float
     stages: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    memory: StepMemory | None = None
 
     @property
     def residual_s(self) -> float:
@@ -56,27 +64,37 @@ class CpuStageTimer:
 
     kind = "cpu"
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(
+        self, clock: Clock | None = None, memory: StepMemoryRecorder | None = None
+    ) -> None:
         self.clock = clock or PerfClock()
+        self.memory = memory
         self._t0 = 0
         self._stages: dict[str, int] = {}
 
     def begin_step(self) -> None:
         self._stages = {}
+        if self.memory is not None:
+            self.memory.begin_step()
         self._t0 = self.clock.now_ns()
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        mem = self.memory
+        held0 = mem.current() if mem is not None else 0
         start = self.clock.now_ns()
         try:
             yield
         finally:
             self._stages[name] = self._stages.get(name, 0) + self.clock.now_ns() - start
+            if mem is not None:
+                mem.stage_end(name, held0)
 
     def end_step(self) -> StepTimes:
         total = (self.clock.now_ns() - self._t0) / 1e9
+        memory = self.memory.end_step() if self.memory is not None else None
         stages = {k: v / 1e9 for k, v in self._stages.items()}
-        return StepTimes(total_s=total, stages=stages, wall_s=total)
+        return StepTimes(total_s=total, stages=stages, wall_s=total, memory=memory)
 
 
 class CudaStageTimer:
@@ -85,12 +103,18 @@ class CudaStageTimer:
 
     kind = "cuda"
 
-    def __init__(self, device: Any = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        device: Any = None,
+        clock: Clock | None = None,
+        memory: StepMemoryRecorder | None = None,
+    ) -> None:
         import torch
 
         self._torch = torch
         self.device = torch.device(device or "cuda")
         self.clock = clock or PerfClock()
+        self.memory = memory
         self._start: Any = None
         self._wall0 = 0
         self._pairs: list[tuple[str, Any, Any]] = []
@@ -100,6 +124,8 @@ class CudaStageTimer:
 
     def begin_step(self) -> None:
         self._torch.cuda.synchronize(self.device)  # block edge: nothing earlier leaks in
+        if self.memory is not None:
+            self.memory.begin_step()  # the allocator's peak, reset (host-side: no sync)
         self._pairs = []
         self._wall0 = self.clock.now_ns()
         self._start = self._event()
@@ -107,6 +133,8 @@ class CudaStageTimer:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        mem = self.memory
+        held0 = mem.current() if mem is not None else 0
         begin, end = self._event(), self._event()
         begin.record()
         try:
@@ -114,20 +142,26 @@ class CudaStageTimer:
         finally:
             end.record()
             self._pairs.append((name, begin, end))
+            if mem is not None:
+                mem.stage_end(name, held0)
 
     def end_step(self) -> StepTimes:
         stop = self._event()
         stop.record()
         self._torch.cuda.synchronize(self.device)  # block edge: every event has completed
         wall = (self.clock.now_ns() - self._wall0) / 1e9
+        memory = self.memory.end_step() if self.memory is not None else None
         stages: dict[str, float] = {}
         for name, begin, end in self._pairs:
             stages[name] = stages.get(name, 0.0) + begin.elapsed_time(end) / 1e3  # ms → s
-        return StepTimes(total_s=self._start.elapsed_time(stop) / 1e3, stages=stages, wall_s=wall)
+        total = self._start.elapsed_time(stop) / 1e3
+        return StepTimes(total_s=total, stages=stages, wall_s=wall, memory=memory)
 
 
-def make_timer(device: str, clock: Clock | None = None) -> StageTimer:
-    """The timer for `device` ("cpu", "cuda", "cuda:N"): chosen once, here."""
+def make_timer(device: str, clock: Clock | None = None, memory: bool = True) -> StageTimer:
+    """The timer for `device` ("cpu", "cuda", "cuda:N"): chosen once, here; with the device's
+    memory recorder unless `memory` is False."""
+    recorder = make_step_memory(device) if memory else None
     if device.startswith("cuda"):
-        return CudaStageTimer(device, clock)
-    return CpuStageTimer(clock)
+        return CudaStageTimer(device, clock, recorder)
+    return CpuStageTimer(clock, recorder)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +18,8 @@ from mlbaseline.config import Config
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import set_determinism
 from mlbaseline.measure.loop import StopRule, run_steps
-from mlbaseline.measure.memory import make_memory_meter
+from mlbaseline.measure.memory import MemoryMeter, make_memory_meter, vm_hwm
+from mlbaseline.measure.memory_step import StepMemory, StepMemoryRecorder, make_step_memory
 from mlbaseline.measure.pooling import group_summary
 from mlbaseline.measure.step import (
     Batches,
@@ -111,6 +113,8 @@ def train_one_size(
     def measured_step() -> StepRecord:
         record = step()
         meter.update()
+        if record.memory is not None:  # the timer's per-step peak resets hide earlier peaks
+            meter.fold(record.memory.peak)
         return record
 
     try:
@@ -125,6 +129,7 @@ def train_one_size(
             agree=par.agree,
         )
         peak = meter.peak_bytes()
+        workers_peak = loader_workers_peak(batches)
         epochs = batches.epochs
         if tracer is not None and loop.stop_reason != "interrupted":
             tracer(step)  # K extra steps: never in the samples, the memory peak or the epochs
@@ -146,7 +151,16 @@ def train_one_size(
         epochs=epochs,
         compile_s=compile_s,
         accum=step.accum,
+        workers_peak=workers_peak,
     )
+
+
+def loader_workers_peak(batches: Batches, proc: Path = Path("/proc")) -> int | None:
+    """The DataLoader workers' peak RSS (VmHWM) summed over the workers, read at the phase's
+    end while they are still alive; None without workers (or where none could be read)."""
+    peaks = [vm_hwm(proc / str(pid) / "status") for pid in batches.worker_pids()]
+    found = [p for p in peaks if p is not None]
+    return sum(found) if found else None
 
 
 def compile_first(step: TrainStep, cfg: Config, clock: Clock | None) -> float | None:
@@ -209,6 +223,8 @@ class InferRun:
     memory_bytes: int
     memory_kind: str
     compile_s: float | None = None  # the first (compiling) call, outside warm-up and measurement
+    memory: list[StepMemory] = field(default_factory=list)  # per measured block
+    warmup_memory: list[StepMemory] = field(default_factory=list)  # per warm-up call
 
     @property
     def prefix(self) -> str:
@@ -234,7 +250,39 @@ class InferRun:
                 [b / t for t in self.warmup],
                 meta={**meta, "role": "rate"},
             ),
+            *self.memory_metrics(),
         ]
+
+    def memory_metrics(self) -> list[Metric]:
+        """`infer.bs{B}.mem.peak` per measured block (and `.mem.reserved` on CUDA), where each
+        block has its reading (issue 28)."""
+        mem, warm = self.memory, self.warmup_memory
+        if not mem or len(mem) != len(self.per_run) or len(warm) != len(self.warmup):
+            return []
+        p = self.prefix
+        meta = {"group": p, "role": "memory", "number_per_run": self.number_per_run}
+        out = [
+            Metric(
+                f"{p}.mem.peak",
+                "B",
+                False,
+                [m.peak or 0 for m in mem],
+                [m.peak or 0 for m in warm],
+                meta={**meta, "memory": "peak", "kind": mem[0].peak_kind},
+            ),
+        ]
+        if mem[0].reserved is not None:
+            out.append(
+                Metric(
+                    f"{p}.mem.reserved",
+                    "B",
+                    False,
+                    [m.reserved or 0 for m in mem],
+                    [m.reserved or 0 for m in warm],
+                    meta={**meta, "memory": "reserved", "kind": "cuda_max_reserved"},
+                )
+            )
+        return out
 
     def info(self) -> dict[str, Any]:
         return {
@@ -302,6 +350,7 @@ def infer_one_size(
     meter = make_memory_meter(device)
     timer = make_timer(device, clock)
     meter.reset()
+    blocks = BlockMemory(make_step_memory(device), meter, callback)
     compile_s = None
     try:
         with torch.inference_mode():
@@ -312,7 +361,9 @@ def infer_one_size(
                 timer.begin_step()
                 with timer.stage("forward"):
                     forward()
-                warm.append(timer.end_step().total_s)
+                times = timer.end_step()
+                warm.append(times.total_s)
+                blocks.warm(times.memory)
             t = benchmark.Timer(
                 stmt="model(x)" if w.amp == "off" else "forward()",
                 globals={"model": model, "x": x, "forward": forward},
@@ -320,8 +371,9 @@ def infer_one_size(
                 label="mlb inference",
                 description=f"bs{batch_size}",
             )
+            blocks.start()
             m = t.blocked_autorange(
-                callback=callback, min_run_time=max(cfg.throughput.min_time_s, 0.05)
+                callback=blocks, min_run_time=max(cfg.throughput.min_time_s, 0.05)
             )
         meter.update()
         peak = meter.peak_bytes()
@@ -329,7 +381,43 @@ def infer_one_size(
         del forward, model, x
         free_memory()
     per_run = [rt / m.number_per_run for rt in m.raw_times]
-    return InferRun(batch_size, warm, per_run, m.number_per_run, peak, meter.kind, compile_s)
+    run = InferRun(batch_size, warm, per_run, m.number_per_run, peak, meter.kind, compile_s)
+    run.memory, run.warmup_memory = blocks.measured, blocks.warmup
+    return run
+
+
+class BlockMemory:
+    """The memory of each measured block of `blocked_autorange`: the recorder's "step" is reset
+    before the first block and again in the callback after each block (outside the timed
+    block), so each block has its own peak. Each peak, and each warm-up call's, goes to the
+    phase's meter too (the per-call resets would hide an earlier peak from it)."""
+
+    def __init__(
+        self,
+        recorder: StepMemoryRecorder,
+        meter: MemoryMeter,
+        callback: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.recorder, self.meter, self.callback = recorder, meter, callback
+        self.measured: list[StepMemory] = []
+        self.warmup: list[StepMemory] = []
+
+    def warm(self, memory: StepMemory | None) -> None:
+        if memory is not None:
+            self.warmup.append(memory)
+            self.meter.fold(memory.peak)
+
+    def start(self) -> None:
+        self.recorder.begin_step()
+
+    def __call__(self, number: int, seconds: float) -> None:
+        memory = self.recorder.end_step()
+        if memory is not None:
+            self.measured.append(memory)
+            self.meter.fold(memory.peak)
+        self.recorder.begin_step()
+        if self.callback is not None:
+            self.callback(number, seconds)
 
 
 @dataclass
