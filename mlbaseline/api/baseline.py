@@ -275,6 +275,8 @@ class Baseline:
         self._state = _NO_STEP
         times = self.timer.end_step()
         self.meter.update()
+        if times.memory is not None:  # the timer resets the peak per step: keep the highest
+            self.meter.fold(times.memory.peak)
         # the batches this step drew through bl.data(), else grad_accum of them
         n = self.batch_size * (self._drawn or self.grad_accum) if samples is None else samples
         self.loop.end(StepRecord(times, n), times.total_s)
