@@ -23,9 +23,16 @@ short-processes" with `data.fallback` saying after which pair and why.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import os
+import select
+import signal
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,9 +48,11 @@ from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Result
 from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs
 from mlbaseline.runners.attach_turns import MIN_STEPS
+from mlbaseline.runners.worktrees import worktrees
 
 START_TIMEOUT_S = 300.0  # import + first step + warm-up of one arm's process
 TURN_SLACK_S = 60.0  # a turn that has not answered turn_s + this later is lost
+STOP_GRACE_S = 10.0  # a stopped arm ends at its next step's end; then SIGINT, then SIGKILL
 LONG, SHORT = "long-lived", "short-processes"
 NOT_STAGES = ("residual", "eval")  # kept apart or derived: never a judged stage of the step
 METHOD = (
@@ -85,6 +94,66 @@ class ArmChild(Protocol):
 
 
 Spawner = Callable[[ScriptArm, str], ArmChild]  # (arm, "a"/"b") → a started process
+
+
+class PipeChild:
+    """A real arm process: commands go down `control` (the write end of its control pipe),
+    events come up `status` (the read end of its status pipe), its output goes to `log`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], control: int, status: int, log: Path):
+        self.proc, self.control, self.status, self.log = proc, control, status, log
+        self.buffer = b""
+
+    def send(self, command: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):  # it is gone: the next event() says so
+            os.write(self.control, (json.dumps(command) + "\n").encode())
+
+    def event(self, timeout_s: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.status], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(self.status, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            return {"event": "error", "message": f"status: not an event: {line[:80]!r}"}
+        return event
+
+    def end(self) -> str:
+        """Stop (the script exits at its next step end), then SIGINT, then SIGKILL; wait."""
+        self.send({"cmd": "stop"})
+        for fd in (self.control, self.status):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for grace, sig in ((STOP_GRACE_S, signal.SIGINT), (STOP_GRACE_S, signal.SIGKILL)):
+            try:
+                self.proc.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+        code = self.proc.wait()
+        tail = _last_line(self.log)
+        return f"exit code {code}" + (f": {tail}" if tail and code != 0 else "")
+
+
+def _last_line(path: Path, size: int = 4096) -> str:
+    """The last non-blank line of a child's log (its stderr's last word, usually)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - size))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
 
 
 def turn_times(steps: Sequence[Mapping[str, Any]]) -> tuple[StepTimes, int]:
@@ -293,13 +362,53 @@ def run_ab_attach(
     return result
 
 
+@contextlib.contextmanager
+def script_arms(
+    command: Sequence[str],
+    cwds: Mapping[str, Path | None],
+    refs: Mapping[str, str | None],
+    envs: Mapping[str, Mapping[str, str]],
+) -> Iterator[dict[str, ScriptArm]]:
+    """The two arms of `command`: in `cwds` (default: the working directory), or, with
+    `refs`, in temporary worktrees of this repository at them (removed when the block
+    ends, however it ends)."""
+    if not command:
+        raise UsageError("--attach: give the script's command after --, e.g. -- python train.py")
+    given = {arm: ref for arm, ref in refs.items() if ref}
+    if given and len(given) != len(ARMS):
+        missing = next(arm for arm in ARMS if arm not in given)
+        raise UsageError(f"--ref-{missing}: --ref-a and --ref-b go together")
+    if given and any(cwds.values()):
+        raise UsageError("--ref-a/--ref-b run in their own worktrees: not with --cwd-a/--cwd-b")
+    cmd = tuple(command)
+    if given:
+        with worktrees(given) as trees:
+            for arm, tree in trees.items():
+                if not tree.cwd.is_dir():
+                    raise UsageError(f"--ref-{arm}: {tree.ref} has no folder {tree.cwd.name}")
+            yield {
+                arm: ScriptArm(cmd, t.cwd, envs.get(arm, {}), t.ref, t.commit)
+                for arm, t in trees.items()
+            }
+        return
+    out = {}
+    for arm in ARMS:
+        cwd = cwds.get(arm) or Path.cwd()
+        if not cwd.is_dir():
+            raise UsageError(f"--cwd-{arm}: {cwd}: not a directory")
+        out[arm] = ScriptArm(cmd, cwd.resolve(), envs.get(arm, {}))
+    yield out
+
+
 __all__ = [
     "LONG",
     "SHORT",
     "ArmChild",
+    "PipeChild",
     "ScriptArm",
     "Spawner",
     "extra_stages",
     "run_ab_attach",
+    "script_arms",
     "turn_times",
 ]

@@ -9,9 +9,12 @@ at that step's end, reading the control fd. Blocking there is safe: the script j
 inside `optimizer.step()`, holding nothing another process needs.
 
 - `{"cmd":"go","seconds":T}`: measure T seconds of steps (at least `min_steps`), then write
-  `{"event":"turn","steps":[…]}` and block again. The first step after each wait is not kept:
-  it spans the wait (and the caches the other arm's turn evicted), which no step of a
-  steady run does.
+  `{"event":"turn","steps":[…]}` and block again. The step that spans the wait is not kept
+  (the hooks hand a step over at the next step's first boundary, so the wait falls inside the
+  next step's interval; and the other arm's turn evicted the caches): on the host clock it is
+  the first step after the wait; on a GPU, whose steps reach the sink once their events have
+  completed, steps queued before the wait may come first, so it is the first one at least
+  half as long as the wait.
 - `{"cmd":"stop"}`, or the control fd closing (the parent is gone): the script ends at once
   with exit code 0 (`SystemExit(0)`: its `finally` blocks and the DataLoader's shutdown run,
   and no traceback is printed, which a `KeyboardInterrupt` from inside the hook would do).
@@ -24,6 +27,7 @@ A step as written: `{"step": total s, "stages": {name: s}, "samples": n, "micro_
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -83,7 +87,8 @@ class TurnSink:
         self.exit = exit or _exit_cleanly
         self.steps: list[dict[str, Any]] = []
         self.collecting = False
-        self.skip = False  # the next step spans a wait: not kept
+        self.skip = False  # a step that spans the wait is still to come: not kept
+        self.waited_s = 0.0  # how long the last wait was
         self.deadline_ns = 0
         self.min_steps = MIN_STEPS
         self.turns = 0
@@ -101,8 +106,8 @@ class TurnSink:
             return
         if not self.collecting:
             return
-        if self.skip:
-            self.skip = False
+        if self.skip and float(_field(record, "total_s")) >= 0.5 * self.waited_s:
+            self.skip = False  # the step the wait fell into
             return
         self.steps.append(step_entry(record))
         if self.clock.now_ns() >= self.deadline_ns and len(self.steps) >= self.min_steps:
@@ -126,6 +131,7 @@ class TurnSink:
 
     def _wait(self) -> None:
         """Block until the parent says go (→ a turn starts) or stop (→ the script ends)."""
+        start = self.clock.now_ns()
         try:
             command = self._read()
         except ProtocolError as exc:
@@ -135,7 +141,9 @@ class TurnSink:
             self.exit()
             return
         self.min_steps = int(command.get("min_steps", MIN_STEPS))
-        self.deadline_ns = self.clock.now_ns() + round(float(command["seconds"]) * 1e9)
+        now = self.clock.now_ns()
+        self.waited_s = (now - start) / 1e9
+        self.deadline_ns = now + round(float(command["seconds"]) * 1e9)
         self.collecting, self.skip, self.steps = True, True, []
 
     def _read(self) -> dict[str, Any]:
@@ -184,6 +192,14 @@ def fd_writer(fd: int) -> Callable[[dict[str, Any]], None]:
     return write
 
 
+def start(environ: Mapping[str, str] | None = None) -> TurnSink:
+    """The turn sink of this child (`from_env`), its `close` run when the script ends: what
+    the attach boot installs the hooks with in turn mode."""
+    sink = from_env(environ)
+    atexit.register(sink.close)
+    return sink
+
+
 def from_env(environ: Mapping[str, str] | None = None) -> TurnSink:
     """The sink of a child started by `mlb ab --attach`: its fds from the environment."""
     env = os.environ if environ is None else environ
@@ -203,5 +219,6 @@ __all__ = [
     "TurnSink",
     "fd_writer",
     "from_env",
+    "start",
     "step_entry",
 ]
