@@ -94,7 +94,8 @@ def _metric_table(doc: dict[str, Any], notes: Notes) -> Table:
     conf = round(100 * doc["settings"]["confidence"])
     title = f"{doc['old']['label']} → {doc['new']['label']}"
     # too wide for the terminal: the verdict stays beside Δ, old / new / MDE go below
-    table = compact_table(title, caption=CAPTION, secondary=("old", "new", "MDE"))
+    caption = CAPTION + ("; .mem.*: memory's own rule, no test" if doc.get("memory") else "")
+    table = compact_table(title, caption=caption, secondary=("old", "new", "MDE"))
     table.add_column("metric", no_wrap=True)  # never cut: a truncated name is useless
     adjusted = cmp.drift_adjusted(doc)  # then the adjusted Δ gets its own column (‡)
     headers = ("old", "new", "Δ%", f"{conf}% CI", *(("adj. Δ%",) if adjusted else ()), "p", "MDE")
@@ -127,6 +128,28 @@ def _stage_table(a: dict[str, Any]) -> Table:
     return table
 
 
+def _memory_table(a: dict[str, Any]) -> Table:
+    """The bytes each stage of a group holds at its end, old and new, with the verdicts."""
+    note = cmp.MEMORY_NOTE.removeprefix("\\")
+    table = compact_table(f"memory: {a['group']} (held at each stage's end)", caption=note)
+    table.add_column("stage", no_wrap=True)
+    for header in ("old", "new", "Δ", "Δ%"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for r in cmp.memory_rows(a):
+        table.add_row(r["stage"], r["old"], r["new"], r["delta"], r["change"], r["verdict"])
+    return table
+
+
+def _show_memory(doc: dict[str, Any], ui: Ui) -> None:
+    """Per group, the stages' held memory when its peak (or a stage) moved, and the sentence."""
+    for a in doc.get("memory") or []:
+        moved = {a["peak_verdict"], *(r["verdict"] for r in a["stages"])}
+        if a["stages"] and moved & {"regressed", "improved"}:
+            ui.print(_memory_table(a))
+        ui.print(f"[bold]{escape(a['sentence'])}[/bold]")
+
+
 def _show(doc: dict[str, Any], ui: Ui) -> None:
     if ui.quiet:
         return
@@ -144,6 +167,7 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
         if a["total_verdict"] in ("regressed", "improved"):
             ui.print(_stage_table(a))
         ui.print(f"[bold]{a['sentence']}[/bold]")
+    _show_memory(doc, ui)
     for label, names in (
         (doc["old"]["label"], doc["only_old"]),
         (doc["new"]["label"], doc["only_new"]),

@@ -38,6 +38,11 @@ No torch and no I/O here (the runner loads the files). The pieces, in order:
    the stage's own verdict is regressed/improved in the same direction, or its share of the
    total delta is at least :data:`NAME_SHARE` and its delta CI excludes 0 on that side.
 
+6. **Memory** (``role: memory``, :mod:`.memory`): judged by
+   :func:`mlbaseline.stats.decision.memory_rule` at ``compare.memory_threshold`` (the ratio of
+   medians widened by the measured spread; any process count), outside the gatekeeping and the
+   drift adjustment; per group the stage whose held memory regressed most is named.
+
 ``--fail-on`` (see :data:`FAIL_ON_HELP`): ``regressed`` fails on any regressed metric; ``any``
 fails unless every metric of OLD is shown unchanged or improved in NEW (so also on inconclusive,
 skipped and missing-from-NEW metrics); ``never`` reports only.

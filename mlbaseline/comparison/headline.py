@@ -1,6 +1,9 @@
 """The headline of a comparison: one line, before any table, with the step's verdict, its change
 and CI, and the smallest change this pair of results could see (its MDE).
 
+A memory metric (role ``memory``, judged by its own rule) that regressed is named on the same
+line, even when every time is unchanged: it fails ``--fail-on regressed`` like a time does.
+
 Computed from the comparison document alone (``Comparison.to_dict()``, or ``data`` of a saved
 ``compare`` result), so `mlb compare`, its ``--markdown``, `mlb history gate` and the report all
 print the same line for the same comparison.
@@ -47,6 +50,27 @@ def _change(m: Mapping[str, Any]) -> str:
     return text
 
 
+def memory_label(m: Mapping[str, Any]) -> str:
+    """'train.bs16 peak memory', 'train.bs16 forward memory' (held at its end): a memory
+    metric (``GROUP.mem.WHAT``) as a reader names it."""
+    name = str(m["metric"])
+    what = m.get("stage") or name.rpartition(".mem.")[2].replace("_", " ")
+    group = m.get("group")
+    if ".mem." not in name or not group:
+        return name
+    return f"{group} {what} memory"
+
+
+def _memory_part(metrics: list[Mapping[str, Any]]) -> str:
+    """'; memory regressed: train.bs16 peak memory +100.0%, …' ('' when no memory regressed)."""
+    moved = [x for x in metrics if x.get("role") == "memory" and x["verdict"] == "regressed"]
+    if not moved:
+        return ""
+    return "; memory regressed: " + ", ".join(
+        f"{memory_label(x)} {signed_percent(x['change'])}" for x in moved
+    )
+
+
 def headline(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """{metric, verdict, change, ci_low, ci_high, mde, processes, text}, None without metrics."""
     metrics = list(doc.get("metrics") or [])
@@ -64,11 +88,14 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     if others:
         counts = {v: others.count(v) for v in _SEVERITY if v in others}
         text += "; other totals: " + ", ".join(f"{n} {v}" for v, n in counts.items())
-    moved = [x for x in metrics if x.get("role") != "total" and x["verdict"] == "regressed"]
+    moved = [x for x in metrics if x.get("role") not in ("total", "memory")
+             and x["verdict"] == "regressed"]  # fmt: skip
     if moved and m["verdict"] != "regressed":  # a stage fails the gate on its own: say so here
         text += "; regressed: " + ", ".join(
             f"{x.get('stage') or x['metric']} {signed_percent(x['change'])}" for x in moved
         )
+    if m.get("role") != "memory":
+        text += _memory_part(metrics)
     return {
         "metric": m["metric"],
         "verdict": m["verdict"],
@@ -88,4 +115,4 @@ def headline_text(doc: Mapping[str, Any]) -> str:
     return h["text"] if h else ""
 
 
-__all__ = ["headline", "headline_text"]
+__all__ = ["headline", "headline_text", "memory_label"]

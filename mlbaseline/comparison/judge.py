@@ -29,6 +29,8 @@ from mlbaseline.comparison.matching import (
     split_allowed,
     threshold_for,
 )
+from mlbaseline.comparison.memory import RULE as MEMORY_RULE
+from mlbaseline.comparison.memory import attribute_memory, judge_memory, memory_names
 from mlbaseline.comparison.model import ATTRIBUTION_METHOD, NAME_SHARE, Comparison, MetricResult
 from mlbaseline.comparison.noise import gates, level_of, sitting_noise
 from mlbaseline.config import CompareConfig
@@ -57,6 +59,7 @@ def _settings(cfg: CompareConfig, seed: int) -> dict[str, Any]:
         "n_resamples": cfg.n_resamples,
         "min_replicates": cfg.min_replicates,
         "fail_on": cfg.fail_on,
+        "memory_threshold": cfg.memory_threshold,
         "seed": seed,
         "test": "one figure per process (its median): Student's t on their logs, pooled "
         f"variance (Mann-Whitney U from {stats.decision.RANK_MIN} a side); gatekeeping: each "
@@ -68,6 +71,7 @@ def _settings(cfg: CompareConfig, seed: int) -> dict[str, Any]:
         "attribution": ATTRIBUTION_METHOD,
         "name_share": NAME_SHARE,
         "threshold_rule": "max(configured floor, between-sitting bar from the history)",
+        "memory_rule": MEMORY_RULE,
         "mde_rule": "the smallest change flagged with 80% power: p < alpha' and the CI beyond "
         "the threshold (stats.decision.detectable_change)",
     }
@@ -116,9 +120,13 @@ def compare_results(
     )
     controls = control_names(old) | control_names(new)
     common = [n for n in _match_names(comp, old, new) if n not in controls]
+    memory = memory_names(new, common)  # their own rule, never drift-adjusted (.memory)
     shift = control_shift(old, new, cfg, seed)
-    judged_new = adjusted(new, shift.ratio, controls) if shift and shift.applied else new
+    keep = controls | memory
+    judged_new = adjusted(new, shift.ratio, keep) if shift and shift.applied else new
     pairs, judged = _pairs(comp, old, judged_new, common, cfg)
+    mem_judged = {n: p for n, p in judged.items() if n in memory}
+    judged = {n: p for n, p in judged.items() if n not in memory}
     # --repeats is advised only to a side measured by a command that has it (comparison.advice)
     advice = sides_advice((source_of(old), source_of(new)), _repeats_needed(cfg),
                           (old_label, new_label))  # fmt: skip
@@ -126,13 +134,23 @@ def compare_results(
         comp.metrics = _judge(judged, old, judged_new, cfg, seed, bool(blocking), advice)
         if judged_new is not new:
             _, raw = _pairs(comp, old, new, common, cfg, record=False)
+            raw = {n: p for n, p in raw.items() if n not in memory}
             raw_rows = _judge(raw, old, new, cfg, seed, False, advice)
             comp.metrics = _with_raw(comp.metrics, raw_rows)
         task.advance(len(common))
     comp.metrics, comp.drift = _drift(comp.metrics, shift, cfg)
+    mem_rows = judge_memory(mem_judged, old, new, cfg, bool(blocking), pairs)
+    comp.metrics = _in_order(comp.metrics + mem_rows, common)
     comp.attribution = attribute_all(old, judged_new, pairs, comp.metrics, cfg, seed)
+    comp.memory = attribute_memory(mem_rows)
     comp.warnings = _warnings(comp, old, new, judged, cfg, advice)
     return comp
+
+
+def _in_order(metrics: list[MetricResult], names: list[str]) -> list[MetricResult]:
+    """The judged metrics in the results' order (memory's beside the times of its group)."""
+    pos = {n: i for i, n in enumerate(names)}
+    return sorted(metrics, key=lambda m: pos.get(m.name, len(pos)))
 
 
 def _with_raw(adjusted: list[MetricResult], raw: list[MetricResult]) -> list[MetricResult]:

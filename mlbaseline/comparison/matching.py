@@ -224,6 +224,8 @@ def skip_reason(old: Metric, new: Metric, pair: Pair | None) -> tuple[str, str] 
         return "direction", "higher_is_better changed"
     if pair is None or pair.old.size == 0 or pair.new.size == 0:
         return "empty", "no samples on one side"
+    if (new.meta or old.meta).get("role") == "memory":
+        return None  # memory's rule measures held bytes <= 0 against the peak (.memory)
     if (new.meta or old.meta).get("role") == "residual":
         return SKIP_RESIDUAL, "residual: not judged (median near 0), see the attribution"
     if np.any(pair.old < 0) or np.any(pair.new < 0):

@@ -180,6 +180,9 @@ class Comparison:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     # machine drift: the control's shift, whether verdicts were adjusted, drift signatures
     drift: dict[str, Any] = field(default_factory=dict)
+    # per group: the peak memory's verdict and the stage whose held memory moved
+    # (comparison.memory.attribute_memory)
+    memory: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fail_on(self) -> str:
@@ -215,6 +218,7 @@ class Comparison:
             "counts": self.counts(),
             "warnings": self.warnings,
             "drift": self.drift,
+            "memory": self.memory,
         }
         fails = failing_names(doc)
         doc["fail_on"] = self.fail_on

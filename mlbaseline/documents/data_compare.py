@@ -42,6 +42,8 @@ class Settings(Strict):
     name_share: FiniteFloat
     threshold_rule: str
     mde_rule: str
+    memory_threshold: Num = None  # compare.memory_threshold (issue 28)
+    memory_rule: str | None = None
 
 
 class Difference(Strict):
@@ -118,6 +120,7 @@ class MetricRow(Strict):
     between_sitting_noise: Num = None
     sitting_bar: Num = None
     noise_components: dict[str, NoiseComponents | None] | None = None  # "old"/"new"
+    memory_spread: Num = None  # a memory metric: the relative spread its CI was widened by
     reason: str | None = None
     drift_adjusted: bool
     raw: Raw | None = None
@@ -159,6 +162,34 @@ class Attribution(Strict):
     residual_named: bool
     method: str
     name_share: FiniteFloat
+    sentence: str
+
+
+class MemoryStage(Strict):
+    """One stage's held memory in `comparison.memory.attribute_memory`."""
+
+    stage: str | None
+    metric: str
+    memory: str | None
+    median_old: Num
+    median_new: Num
+    delta: Num
+    change: Num
+    of_peak: bool = False  # the change is a share of the group's peak (held <= 0 before)
+    verdict: str
+    named: bool
+
+
+class MemoryGroup(Strict):
+    """`comparison.memory.attribute_memory`: a group's peak memory and the stage named."""
+
+    group: str
+    peak: str | None
+    peak_verdict: str | None
+    peak_change: Num
+    peak_ci: list[Num] | None
+    stages: list[MemoryStage]
+    named: str | None
     sentence: str
 
 
@@ -246,6 +277,7 @@ class Data(Strict):
     counts: dict[str, int]  # verdict -> how many metrics got it
     warnings: list[Finding]
     drift: Drift
+    memory: list[MemoryGroup] = Field(default_factory=list)  # issue 28
     fail_on: str
     failing: list[str]
     failed: bool

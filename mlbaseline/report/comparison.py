@@ -24,8 +24,11 @@ from mlbaseline.formatting import share_percent as _share
 from mlbaseline.formatting import signed_percent as _pct
 from mlbaseline.formatting import value as format_value
 
+MEMORY_NOTE = "\\* a share of the peak: the stage frees memory (held <= 0 before)"
+
 __all__ = [  # with the names of the comparison the `mlb compare` tables show
     "ATTRIBUTION_METHOD",
+    "MEMORY_NOTE",
     "SKIP_RESIDUAL",
     "describe_differences",
     "difference_lines",
@@ -33,6 +36,7 @@ __all__ = [  # with the names of the comparison the `mlb compare` tables show
     "format_value",
     "headline_text",
     "mde_text",
+    "memory_rows",
     "render_markdown",
     "stage_rows",
     "summary_line",
@@ -109,7 +113,8 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
                 "delta": _pct(shown["change"]),
                 "ci": _interval_pct([_minus1(shown["ci_low"]), _minus1(shown["ci_high"])]),
                 "adjusted": _pct(m["change"]) + " ‡" if m.get("raw") else "",
-                "p": format_p(m["p_adjusted"]),
+                # memory's p is 0/1 (its CI beyond the band or not): no test to show
+                "p": "—" if m.get("test") == "memory" else format_p(m["p_adjusted"]),
                 "mde": mde_text(m),
                 "mde_compact": mde_text(m, compact=True),
                 "verdict": verdict + mark,
@@ -139,6 +144,23 @@ def stage_rows(a: Mapping[str, Any]) -> list[dict[str, str]]:
             }
         )
     return out
+
+
+def memory_rows(a: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Display rows of one group's memory attribution (comparison.memory): each stage's bytes
+    held at its end, old and new, the change and its verdict (◀: the stage named; * a change
+    as a share of the peak: the stage held <= 0 bytes before, it frees memory)."""
+    return [
+        {
+            "stage": str(row["stage"]) + (" ◀" if row.get("named") else ""),
+            "old": format_value(row["median_old"], "B"),
+            "new": format_value(row["median_new"], "B"),
+            "delta": format_value(row["delta"], "B", signed=True),
+            "change": _pct(row["change"]) + (" *" if row.get("of_peak") else ""),
+            "verdict": row["verdict"],
+        }
+        for row in a["stages"]
+    ]
 
 
 def summary_line(doc: Mapping[str, Any]) -> str:
@@ -191,6 +213,13 @@ def render_markdown(comparison: Comparison | Mapping[str, Any]) -> str:
         ]
         srows = [list(r.values()) for r in stage_rows(a)]
         lines += _md_table(headers, srows, "lrrrrrrl")
+    for mem in doc.get("memory") or []:  # a document from before issue 28 has none
+        lines += ["", f"**Memory ({mem['group']}):** {mem['sentence']}", ""]
+        if mem["stages"]:
+            headers = ["stage", "held old", "held new", "Δ", "Δ%", "verdict"]
+            mrows = [list(r.values()) for r in memory_rows(mem)]
+            lines += _md_table(headers, mrows, "lrrrrl")
+            lines += ["", MEMORY_NOTE]
     lines += _md_notes(doc)
     return "\n".join(lines) + "\n"
 
@@ -237,8 +266,11 @@ def _md_notes(doc: Mapping[str, Any]) -> list[str]:
         f"Method: {s['test']}, α={s['alpha']}; {s['interval']} ({s['n_resamples']} resamples, "
         f"seed {s['seed']}); practical {threshold_text(doc)}"
         + (" with per-metric overrides" if s["thresholds"] else "")
-        + f"; attribution: {s['attribution']}."
-    )
+        + f"; attribution: {s['attribution']}"
+        + (f"; {s['memory_rule']} ({100 * s['memory_threshold']:g}%)" if s.get("memory_rule")
+           else "")
+        + "."
+    )  # fmt: skip
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     return lines

@@ -1,0 +1,184 @@
+"""Issue 28, "a comparison rule that fits memory": memory metrics (meta role "memory") are judged
+by `stats.decision.memory_rule` (ratio of medians widened by the measured spread, through the one
+decision function) in `mlb compare`, `mlb ab`, the history gate and the report; the stage whose
+held memory moved is named; the history finds a memory step change as a change point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mlbaseline import comparison as cmp
+from mlbaseline.cli import app
+from mlbaseline.config import CompareConfig
+from mlbaseline.report import comparison as shown
+from mlbaseline.results import Metric, Result, load_result, write_result
+from mlbaseline.stats import decision
+
+runner = CliRunner()
+GROUP = "train.bs16"
+MIB = 2.0**20
+STAGES = {"data_wait": 0.002, "forward": 0.010, "backward": 0.020, "optimizer": 0.004}
+ENV = {"blocking": {"device": "cpu", "cpu_model": "test", "torch": "2.4.0"}, "informational": {}}
+FAST = CompareConfig(n_resamples=200)
+
+
+def _held(activations: float) -> dict[str, float]:
+    """Bytes each stage holds at its end: forward keeps the activations, backward frees them
+    and keeps the gradients, the optimizer's state was made before the measured steps."""
+    return {"data_wait": 0.0, "forward": activations, "backward": 8 * MIB - activations,
+            "optimizer": 0.0}  # fmt: skip
+
+
+def result(
+    n: int = 10,
+    processes: int = 0,
+    activations: float = 64 * MIB,
+    spread: float = 0.0,
+    seed: int = 0,
+) -> Result:
+    """A training result: the stage times (the same for every `activations`: time unchanged)
+    and the memory metrics of the shared contract, `n` values a side over `processes` fresh
+    processes (0: one process, no replicate ids); memory values vary by ±`spread` (relative)."""
+    rng = np.random.default_rng(seed)
+    times = np.random.default_rng(7)  # the same times on both sides
+    r = Result(kind="throughput", environment=json.loads(json.dumps(ENV)))
+    rep = [i % processes for i in range(n)] if processes else None
+    total = np.zeros(n)
+    for stage, base in STAGES.items():
+        v = base * times.lognormal(0.0, 0.02, n)
+        total += v
+        meta = {"group": GROUP, "role": "stage", "stage": stage}
+        r.add_metric(Metric(f"{GROUP}.{stage}", "s", False, v, replicate=rep, meta=meta))
+    meta = {"group": GROUP, "role": "total", "stages": list(STAGES)}
+    r.add_metric(Metric(f"{GROUP}.step", "s", False, total, replicate=rep, meta=meta))
+
+    def jitter() -> np.ndarray:
+        return 1.0 + spread * rng.uniform(-1.0, 1.0, n)
+
+    peak = (256 * MIB + activations) * jitter()
+    meta = {"group": GROUP, "role": "memory", "memory": "peak"}
+    r.add_metric(Metric(f"{GROUP}.mem.peak", "B", False, peak, replicate=rep, meta=meta))
+    for stage, held in _held(activations).items():
+        meta = {"group": GROUP, "role": "memory", "memory": "held", "stage": stage}
+        values = held * jitter()
+        r.add_metric(Metric(f"{GROUP}.mem.{stage}", "B", False, values, replicate=rep, meta=meta))
+    return r
+
+
+def _by_name(comp: cmp.Comparison) -> dict[str, cmp.MetricResult]:
+    return {m.name: m for m in comp.metrics}
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10])
+def test_rule_doubling_regressed_identical_unchanged_at_every_count(n):
+    assert decision.memory_rule([100.0] * n, [200.0] * n).verdict == "regressed"
+    assert decision.memory_rule([200.0] * n, [100.0] * n).verdict == "improved"
+    assert decision.memory_rule([100.0] * n, [100.0] * n).verdict == "unchanged"
+    tiny = np.random.default_rng(n)
+    old, new = 1e9 * (1 + 1e-3 * tiny.uniform(-1, 1, (2, n)))
+    assert decision.memory_rule(old, new).verdict == "unchanged"
+
+
+def test_rule_ci_is_ratio_widened_by_the_larger_spread():
+    ci, p, s = decision.memory_ci([100, 110, 105], [200, 200, 200], threshold=0.05)
+    assert s == pytest.approx(10 / 105)  # the old side's (max − min) / median
+    assert ci == pytest.approx((200 / 105, 200 / 105 * (1 - s), 200 / 105 * (1 + s)))
+    assert p == 0.0  # the whole CI beyond 1.05
+    # a spread as wide as the change: the CI reaches the band, no verdict either way
+    assert decision.memory_rule([100, 160], [130, 130]).verdict == "inconclusive"
+    # a stage that frees memory (held <= 0): its change is measured against the peak
+    j = decision.memory_rule([-50.0] * 3, [-50.0] * 3, scale=1000.0)
+    assert (j.ratio, j.verdict) == (1.0, "unchanged")
+    assert decision.memory_rule([0.0, 0.0], [0.0, 0.0]).verdict == "unchanged"
+
+
+def test_memory_verdicts_go_through_the_one_decision_function(monkeypatch):
+    calls = []
+
+    def spy(ratio_ci, p_adjusted, higher_is_better, threshold=0.03, alpha=0.05):
+        calls.append((ratio_ci, p_adjusted, threshold))
+        return "improved"
+
+    monkeypatch.setattr(decision, "decide", spy)
+    comp = cmp.compare_results(result(), result(activations=128 * MIB), FAST)
+    memory = [m for m in comp.metrics if m.meta.get("role") == "memory"]
+    assert memory and {m.verdict for m in memory} == {"improved"}
+    assert sum(thr == FAST.memory_threshold for _, _, thr in calls) >= len(memory)
+
+
+# --------------------------------------------------------------------------- compare
+
+
+@pytest.mark.parametrize("processes", [0, 4])
+def test_doubling_activations_is_regressed_with_forward_named_time_unchanged(processes):
+    comp = cmp.compare_results(
+        result(processes=processes), result(processes=processes, activations=128 * MIB), FAST
+    )
+    rows = _by_name(comp)
+    assert rows[f"{GROUP}.mem.peak"].verdict == "regressed"
+    assert rows[f"{GROUP}.mem.forward"].verdict == "regressed"
+    assert rows[f"{GROUP}.mem.forward"].stat.change == pytest.approx(1.0)
+    assert rows[f"{GROUP}.mem.data_wait"].verdict == "unchanged"
+    if processes:  # one process a side: the times get no verdict, memory still does
+        assert rows[f"{GROUP}.step"].verdict == "unchanged"
+    assert all(rows[f"{GROUP}.{s}"].verdict != "regressed" for s in STAGES)
+    (mem,) = comp.memory
+    assert mem["named"] == "forward" and mem["peak_verdict"] == "regressed"
+    assert "forward moved most" in mem["sentence"] and "activations" in mem["sentence"]
+    doc = comp.to_dict()
+    assert doc["failed"] and f"{GROUP}.mem.peak" in doc["failing"]
+    assert "memory regressed: train.bs16 peak memory +" in doc["headline"]["text"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10])
+@pytest.mark.parametrize("spread", [0.0, 1e-3])
+@pytest.mark.parametrize("processes", [0, 2])
+def test_aa_is_unchanged_for_memory_at_every_count(n, spread, processes):
+    processes = min(processes, n)
+    old = result(n, processes, spread=spread, seed=1)
+    new = result(n, processes, spread=spread, seed=2)
+    comp = cmp.compare_results(old, new, FAST)
+    memory = {m.name: m.verdict for m in comp.metrics if m.meta.get("role") == "memory"}
+    assert len(memory) == 5 and set(memory.values()) == {"unchanged"}, memory
+    assert comp.memory[0]["named"] is None
+    assert "memory regressed" not in comp.to_dict()["headline"]["text"]
+
+
+def test_memory_takes_no_part_in_the_time_gatekeeping():
+    """A memory regression neither opens the stages' gate (the step did not move) nor is
+    held back by it; a threshold pattern for the times does not set memory's band."""
+    cfg = CompareConfig(n_resamples=200, thresholds={"train.*": 0.5})
+    comp = cmp.compare_results(result(processes=4), result(4 * 10, 4, 128 * MIB), cfg)
+    rows = _by_name(comp)
+    assert rows[f"{GROUP}.mem.peak"].stat.threshold == cfg.memory_threshold
+    assert rows[f"{GROUP}.mem.peak"].stat.gated is False
+    assert rows[f"{GROUP}.forward"].stat.gated is True  # its total did not move
+
+
+def test_cli_compare_fails_on_a_memory_regression(tmp_path: Path):
+    old = write_result(result(processes=4), tmp_path / "old.json")
+    new = write_result(result(processes=4, activations=128 * MIB), tmp_path / "new.json")
+    out = tmp_path / "cmp.json"
+    res = runner.invoke(
+        app, ["compare", str(old), str(new), "-o", str(out), "--set", "compare.n_resamples=200"]
+    )
+    assert res.exit_code == 1, res.output
+    assert "memory regressed" in res.output and "forward moved most" in res.output
+    saved = load_result(out)  # the document's schema accepts the memory rows and groups
+    assert saved.data["memory"][0]["named"] == "forward"
+    md = shown.render_markdown(saved.data)
+    assert "**Memory (train.bs16):**" in md and "| forward ◀ |" in md
+    same = runner.invoke(
+        app, ["compare", str(old), str(old), "--json", "--set", "compare.n_resamples=200"]
+    )
+    assert same.exit_code == 0, same.output
+    doc = json.loads(same.stdout)["data"]
+    assert {m["verdict"] for m in doc["metrics"] if m["role"] == "memory"} == {"unchanged"}
