@@ -5,7 +5,8 @@ Writers: `runners/throughput.py`'s `assemble`, once, from the records the run re
 `runners/sweep.py`, `runners/distributed.py` and the library API, `api/baseline.py`), and the
 parts it derives there: `measure/pooling.py` (fresh-process replicates),
 `measure/contamination.py`, `comparison/noise.py` and `history/sittings.py` (the noise block),
-`measure/telemetry.py` (via `telemetry_block`). `assemble` checks the payload against `Data`.
+`measure/telemetry.py` (via `telemetry_block`), `measure/energy.py` (the energy block).
+`assemble` checks the payload against `Data`.
 
 What a run did not do is absent, not null: a failed or interrupted batch size has no summary,
 a run without replicates no `noise`/`replicates`, a CPU run no GPU telemetry, a single process
@@ -230,6 +231,39 @@ class CpuPhase(Strict):
     end: CpuSnapshot
 
 
+class EnergyWindow(Strict):
+    """`measure.energy.Window`: one window of measured steps; `flag` "" gives a figure,
+    else short_window / no_reading / no_update / below_min_window (then `joules` may be null)."""
+
+    start_s: FiniteFloat
+    seconds: FiniteFloat
+    steps: int
+    samples: int
+    joules: Num
+    flag: str
+    replicate: int | None = None  # pooled fresh-process replicates
+
+
+class EnergySize(Strict):
+    windows: list[EnergyWindow]
+    reason: str | None = None  # why no window gave a figure
+
+
+class Energy(Strict):
+    """`measure.energy.EnergyMeter.block`: how the energy was measured, or why not."""
+
+    measured: bool
+    reason: str | None = None
+    source: str | None = None  # nvml-counter / power-polling / rapl
+    update_period_s: Num = None
+    min_window_s: Num = None
+    device_index: int | None = None
+    interval_s: Num = None  # power polling: the telemetry interval
+    zones: list[str] | None = None  # rapl
+    covers: str | None = None
+    batch_sizes: dict[str, EnergySize] | None = None
+
+
 class Contamination(Strict):
     """`CpuAccount.to_dict` (throughput and `mlb run`'s baseline)."""
 
@@ -372,6 +406,7 @@ class Data(Strict):
     allocator: Allocator | None = None
     dataset: Dataset | None = None
     telemetry: Telemetry | None = None
+    energy: Energy | None = None
     contamination: Contamination | None = None
     noise: dict[str, Noise] | None = None  # metric name -> its noise record
     replicate_plan: ReplicatePlan | None = None

@@ -61,6 +61,11 @@ class GpuProbe(Protocol):
 
     def sample(self, index: int) -> GpuSample: ...
 
+    def total_energy_mj(self, index: int) -> int | None:
+        """Energy used since the driver loaded, in mJ (NVML's total-energy counter, Volta and
+        newer); None where the device or driver has no such counter."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -81,6 +86,9 @@ class NullProbe:
 
     def sample(self, index: int) -> GpuSample:
         raise GpuProbeError(self.reason)
+
+    def total_energy_mj(self, index: int) -> int | None:
+        return None
 
     def close(self) -> None:
         pass
@@ -198,6 +206,12 @@ class NvmlProbe:
             sm_clock_mhz=float(clock) if clock is not None else None,
             throttle_reasons=self._throttle(h),
         )
+
+    def total_energy_mj(self, index: int) -> int | None:
+        # NOT_SUPPORTED before Volta, on some vGPU and MIG setups: None, and the caller falls
+        # back to integrating the sampled power draw
+        value = self._optional("nvmlDeviceGetTotalEnergyConsumption", self._handle(index))
+        return int(value) if value is not None else None
 
     def close(self) -> None:
         if self._nvml is not None:
