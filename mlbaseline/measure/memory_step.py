@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from mlbaseline.results import Metric
+
 
 @dataclass(frozen=True)
 class StepMemory:
@@ -275,6 +277,22 @@ class CudaStepMemory:
         return StepMemory(dict(self._held), peak, reserved, self.kind, self.peak_kind)
 
 
+class PhasePeak:
+    """The peak memory of this process over one phase (latency: the in-process model service
+    over all its levels), as a one-value metric: a recorder's "step" spanning the phase."""
+
+    def __init__(self, device: str, recorder: StepMemoryRecorder | None = None) -> None:
+        self.recorder = recorder or make_step_memory(device)
+        self.recorder.begin_step()
+
+    def metric(self, name: str, group: str) -> Metric | None:
+        memory = self.recorder.end_step()
+        if memory is None or memory.peak is None:
+            return None
+        meta = {"group": group, "role": "memory", "memory": "peak", "per": "phase"}
+        return Metric(name, "B", False, [memory.peak], meta={**meta, "kind": memory.peak_kind})
+
+
 def make_step_memory(device: str) -> StepMemoryRecorder:
     """The recorder for `device` ("cpu", "cuda", "cuda:N"): chosen once, here."""
     if device.startswith("cuda"):
@@ -286,6 +304,7 @@ __all__ = [
     "CpuStepMemory",
     "CudaMemoryApi",
     "CudaStepMemory",
+    "PhasePeak",
     "ProcSelf",
     "StepMemory",
     "StepMemoryRecorder",

@@ -45,6 +45,7 @@ from mlbaseline.measure.latency import (
     warm_up,
 )
 from mlbaseline.measure.memory import refuse_oversized_batches
+from mlbaseline.measure.memory_step import PhasePeak
 from mlbaseline.progress import Progress
 from mlbaseline.results import Check, Metric, Result
 from mlbaseline.yamlread import read_regular
@@ -178,6 +179,9 @@ def run_latency(
         description = service.describe()
         result.data["service"] = description
         result.environment = fingerprint(cfg.to_dict(), None, str(description.get("device", "cpu")))
+        # the serving process is this one only for the in-process model service
+        serving = lat.url is None and not isinstance(service, SimulatedService)
+        peak = PhasePeak(str(description.get("device", "cpu"))) if serving else None
         for plan in plans:
             run = _measure(plan, service, clock or PerfClock(), lat, progress)
             _record_level(result, run, cfg)
@@ -188,6 +192,9 @@ def run_latency(
             if run.error is not None:
                 result.mark("failed", f"{plan.key}: {run.error}")
                 break
+        memory = peak.metric("latency.mem.peak", "latency") if peak is not None else None
+        if memory is not None:
+            result.add_metric(memory)
     except KeyboardInterrupt:
         result.mark("interrupted", "interrupted before a level finished its warm-up")
     finally:
