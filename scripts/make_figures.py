@@ -5,8 +5,9 @@
 Not a `make demo` run (minutes): the inputs are the demo-like results the tests render,
 tests/golden/report/ (real `mlb run` output on tiny settings), plus what a demo folder alone
 does not hold, built from them deterministically: a second throughput result (B, the stages
-rescaled) for the two-result report and the compare forest, a phased telemetry timeline, and a
-history of eight runs for the trend. tests/test_figures_readback.py imports these builders.
+rescaled) for the two-result report and the compare forest, a phased telemetry timeline, a
+history of eight runs for the trend, and memory metrics (`with_memory`) for the memory figure.
+tests/test_figures_readback.py imports these builders.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from mlbaseline.report.data import Telemetry, read_telemetry  # noqa: E402
 from mlbaseline.report.figures_history import HistoryView, Mark, TrendLine  # noqa: E402
 from mlbaseline.report.inputs import ReportInput, collect  # noqa: E402
-from mlbaseline.results import Result  # noqa: E402
+from mlbaseline.results import Metric, Result  # noqa: E402
 
 
 def golden_throughput() -> ReportInput:
@@ -70,6 +71,24 @@ def two_results(folder: Path) -> list[ReportInput]:
     b = rescaled(a.result, B_FACTORS)
     return [ReportInput(a.result, folder / "a/throughput.json"),
             ReportInput(b, folder / "b/throughput.json")]  # fmt: skip
+
+
+def with_memory(result: Result) -> Result:
+    """The result with memory metrics: its own when it has them; else (the golden files
+    predate them) each batch size's recorded peak (`data.batch_sizes[B].train/inference
+    .peak_memory_bytes`, measured by the run) as the one peak value of that size."""
+    out = copy.deepcopy(result)
+    if any((m.meta or {}).get("role") == "memory" for m in out.measurements.values()):
+        return out
+    for key, entry in (out.data.get("batch_sizes") or {}).items():
+        for family, part in (("train", "train"), ("infer", "inference")):
+            peak = (entry.get(part) or {}).get("peak_memory_bytes")
+            if peak is None:
+                continue
+            group, name = f"{family}.bs{key}", f"{family}.bs{key}.mem.peak"
+            meta = {"role": "memory", "group": group, "memory": "peak"}
+            out.measurements[name] = Metric(name, "B", False, [float(peak)], meta=meta)
+    return out
 
 
 def compare_doc() -> dict:
@@ -124,7 +143,9 @@ def draw_all(out: Path) -> list[Path]:
     """Every figure into `out` (created), replacing what is there."""
     from mlbaseline.report import figures as fig
     from mlbaseline.report.figures_history import trend_figure
+    from mlbaseline.report.figures_memory import memory_figure_job
     from mlbaseline.report.render import forest_rows, render_report
+    from mlbaseline.report.sections_memory import result_memory
 
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +159,9 @@ def draw_all(out: Path) -> list[Path]:
         rows, _ = forest_rows(compare_doc())
         pairs.append((fig.forest_figure(rows, t / "forest.png"), "compare_forest.png"))
         pairs.append((trend_figure(trend_view(), t / "trend.png"), "history_trend.png"))
+        memory = memory_figure_job(result_memory(with_memory(golden_throughput().result)))
+        if memory is not None:
+            pairs.append((memory(t / "memory.png"), "memory.png"))
         written = []
         for src, name in pairs:
             shutil.copyfile(src, out / name)  # docs, not a report: plain copies

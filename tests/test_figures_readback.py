@@ -331,7 +331,7 @@ def test_make_figures_draws_every_figure_at_the_report_size(tmp_path):
     assert sorted(p.name for p in written) == sorted(
         ["throughput.png", "stages.png", "latency.png", "dataloader.png", "subset.png",
          "two_results_throughput.png", "two_results_stages.png", "telemetry.png",
-         "compare_forest.png", "history_trend.png"])  # fmt: skip
+         "compare_forest.png", "history_trend.png", "memory.png"])  # fmt: skip
     for p in written:
         width, height = _png_size(p)
         assert width == 1600 and height >= 900, p.name

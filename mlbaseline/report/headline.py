@@ -15,12 +15,20 @@ from mlbaseline.comparison.labels import names_of
 from mlbaseline.formatting import milliseconds as ms
 from mlbaseline.formatting import number as num
 from mlbaseline.formatting import percent as pct
-from mlbaseline.formatting import with_ci
+from mlbaseline.formatting import size, with_ci
 from mlbaseline.report import payloads
 from mlbaseline.report.context import ReportContext, table
 from mlbaseline.report.data import Group, all_groups, config_hash, estimate, finite, timestamp
 from mlbaseline.report.labels import series_labels
 from mlbaseline.report.sections_findings import signal_value
+from mlbaseline.report.sections_memory import (
+    capacity_of,
+    column_header,
+    device_of,
+    energy_groups,
+    joules,
+    memory_groups,
+)
 from mlbaseline.report.sections_performance import percentile_cell
 from mlbaseline.report.signals import Signal
 from mlbaseline.results import Result
@@ -187,6 +195,26 @@ def figure_rows(ctx: ReportContext) -> list[list[str]]:
     return rows
 
 
+def resource_rows(ctx: ReportContext) -> list[list[str]]:
+    """Peak memory per training step and, where measured, energy per step and sample: one row
+    per batch size. Nothing for what was not measured (the section says why, further down)."""
+    rows = []
+    for g in memory_groups(ctx):
+        peak = g.median("peak")
+        if g.family != "train" or peak is None:
+            continue
+        kind = "cuda" if device_of(g.result).startswith("cuda") else "cpu"
+        cell = f"{size(peak)} {column_header('peak', kind)}"
+        cap = capacity_of(g.result)
+        cell += f", {pct(peak / cap.bytes)} of the {cap.label}" if cap is not None else ""
+        rows.append([f"peak memory, {g.name.replace('training', 'training step')}", cell])
+    for e in energy_groups(ctx):
+        if e.per_step is not None or e.per_sample is not None:
+            cell = f"{joules(e.per_step)} per step; {joules(e.per_sample)} per sample"
+            rows.append([f"energy, {e.name.replace('training', 'training step')}", cell])
+    return rows
+
+
 def mde_sentence(ctx: ReportContext) -> str:
     """What a compare against this baseline could see: the step's MDE from the noise between
     processes (stats.noise), or why it cannot be known (one process), in the source's terms."""
@@ -250,6 +278,9 @@ def section_headline(ctx: ReportContext) -> list[str]:
         lines += table(["", "time, median [95% CI]", "samples/s [95% CI]"], rows)
     else:
         lines += ["No throughput, latency or data-loading figures in these results.", ""]
+    resources = resource_rows(ctx)
+    if resources:
+        lines += table(["", "median [95% CI]"], resources)
     lines += [mde_sentence(ctx), ""]
     lines += fired_lines(ctx.signals)
     return lines

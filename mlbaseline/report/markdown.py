@@ -18,6 +18,7 @@ from mlbaseline.report.sections_findings import (
     section_warnings,
 )
 from mlbaseline.report.sections_history import section_history
+from mlbaseline.report.sections_memory import section_memory
 from mlbaseline.report.sections_performance import (
     section_dataloader,
     section_inference,
@@ -59,6 +60,7 @@ SECTION_FUNCTIONS = (
     section_inference,
     section_latency,
     section_dataloader,
+    section_memory,  # memory per stage and batch size, its figure, energy (and cost when set)
     section_telemetry,
     section_signals,
     section_predictions,

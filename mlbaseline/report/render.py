@@ -24,8 +24,10 @@ from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.report import figures as fig
 from mlbaseline.report import payloads
 from mlbaseline.report.data import Telemetry, read_telemetry, telemetry_path
+from mlbaseline.report.figures_memory import memory_figure_job
 from mlbaseline.report.inputs import ReportInput
 from mlbaseline.report.markdown import ReportContext, render_markdown
+from mlbaseline.report.sections_memory import memory_groups
 from mlbaseline.report.signals import (
     Prediction,
     Signal,
@@ -129,6 +131,9 @@ def _figure_jobs(ctx: ReportContext) -> dict[str, Callable[[Path], Path]]:
     if ctx.telemetry is not None and ctx.telemetry.n:
         tel = ctx.telemetry
         jobs["telemetry"] = lambda p: fig.telemetry_figure(tel, p)
+    memory = memory_figure_job(memory_groups(ctx))
+    if memory is not None:
+        jobs["memory"] = memory
     facts = ctx.subset
     if facts is not None and facts.class_counts:
         jobs["subset"] = lambda p: fig.subset_figure(facts.class_counts, facts.full_counts, p)
