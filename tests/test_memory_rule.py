@@ -182,3 +182,67 @@ def test_cli_compare_fails_on_a_memory_regression(tmp_path: Path):
     assert same.exit_code == 0, same.output
     doc = json.loads(same.stdout)["data"]
     assert {m["verdict"] for m in doc["metrics"] if m["role"] == "memory"} == {"unchanged"}
+
+
+# --------------------------------------------------------------------------- history
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "h.sqlite"
+    monkeypatch.setenv("MLB_HISTORY", str(path))
+    monkeypatch.setenv("MLB_GIT_BRANCH", "main")
+    return path
+
+
+def _history(tmp_path: Path, n: int, doubled_from: int | None) -> list[Path]:
+    files = []
+    for i in range(n):
+        act = 128 * MIB if doubled_from is not None and i >= doubled_from else 64 * MIB
+        r = result(processes=2, activations=act, spread=1e-4, seed=i)
+        r.created_at = f"2026-01-01T00:{i:02d}:00.000000Z"
+        files.append(write_result(r, tmp_path / f"{i}.json"))
+    return files
+
+
+def test_history_check_finds_a_memory_step_as_a_change_point(tmp_path, store):
+    assert (
+        runner.invoke(app, ["history", "add", *map(str, _history(tmp_path, 12, 7))]).exit_code == 0
+    )
+    res = runner.invoke(app, ["history", "check", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = {s["metric"]: s for s in json.loads(res.stdout)["series"]}
+    for name in (f"{GROUP}.mem.peak", f"{GROUP}.mem.forward"):
+        (cp,) = doc[name]["change_points"]
+        assert cp["run"]["id"] == 8 and cp["status"] == "confirmed", cp
+        assert cp["direction"] == "regression" and cp["ci_low"] > 0.05
+    assert doc[f"{GROUP}.step"]["change_points"] == []  # time did not move
+
+
+def test_history_check_leaves_memory_steps_inside_the_band_out(tmp_path, store):
+    assert (
+        runner.invoke(app, ["history", "add", *map(str, _history(tmp_path, 12, None))]).exit_code
+        == 0
+    )
+    res = runner.invoke(app, ["history", "check", "--json"])
+    doc = json.loads(res.stdout)["series"]
+    memory = [s for s in doc if ".mem." in s["metric"]]
+    assert len(memory) == 5 and all(s["change_points"] == [] for s in memory), memory
+
+
+def test_history_gate_judges_memory_by_the_same_rule(tmp_path, store):
+    files = _history(tmp_path, 6, 5)
+    assert runner.invoke(app, ["history", "add", *map(str, files[:5])]).exit_code == 0
+    res = runner.invoke(app, ["history", "gate", str(files[5]), "--json", "--set",
+                              "compare.n_resamples=200"])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)["data"]
+    rows = {m["metric"]: m for m in doc["metrics"]}
+    assert rows[f"{GROUP}.mem.peak"]["verdict"] == "regressed"
+    assert rows[f"{GROUP}.mem.peak"]["test"] == "memory"
+    assert rows[f"{GROUP}.step"]["verdict"] == "unchanged"
+    assert doc["memory"][0]["named"] == "forward"
+    assert "memory regressed" in doc["headline"]["text"]
+    same = runner.invoke(app, ["history", "gate", str(files[4]), "--json", "--set",
+                               "compare.n_resamples=200"])  # fmt: skip
+    assert same.exit_code == 0, same.output

@@ -5,17 +5,23 @@ records of one kind and one comparability fingerprint, oldest first: the results
 would accept as a pair. Change points come from :func:`mlbaseline.history.changepoints.detect`
 on the series of medians; each is tied back to the runs around it (ids, times, the commit
 range) so that `mlb history check` can name the run and the stage that moved.
+
+Memory series (role ``memory``: peak bytes, the bytes a stage holds) get change points like
+time series. Memory is nearly deterministic, so a step the test finds can be a few pages: a
+step smaller than ``compare.memory_threshold`` (the band of the memory rule) is not reported.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mlbaseline.history.record import MetricSummary
 from mlbaseline.history.store import Entry
+from mlbaseline.stats.decision import DEFAULT_MEMORY_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,10 @@ class Series:
     @property
     def higher_is_better(self) -> bool:
         return bool(self.points and self.points[-1].summary.higher_is_better)
+
+    @property
+    def memory(self) -> bool:
+        return bool(self.points and self.points[-1].summary.role == "memory")
 
     @property
     def medians(self) -> list[float]:
@@ -79,17 +89,32 @@ def _run(e: Entry) -> dict[str, Any]:
     }
 
 
-def _direction(rel_change: float, higher_is_better: bool) -> str:
-    if rel_change == 0:
+def _direction(before: float, after: float, higher_is_better: bool) -> str:
+    """From the step's sign (its relative change is NaN from a median of 0: a memory stage
+    that held nothing before)."""
+    if after == before:
         return "unchanged"
-    worse = rel_change < 0 if higher_is_better else rel_change > 0
+    worse = after < before if higher_is_better else after > before
     return "regression" if worse else "improvement"
 
 
+def _below_band(cp: Any, series: Series, memory_threshold: float) -> bool:
+    """A memory step inside the memory rule's band (a few pages or allocator blocks)."""
+    rel = cp.rel_change
+    return series.memory and math.isfinite(rel) and abs(rel) < memory_threshold
+
+
 def check_series(
-    series: Series, *, alpha: float, min_segment: int, confidence: float, seed: int = 0
+    series: Series,
+    *,
+    alpha: float,
+    min_segment: int,
+    confidence: float,
+    seed: int = 0,
+    memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
 ) -> dict[str, Any]:
-    """Change points and outliers of one series, each tied to its runs."""
+    """Change points and outliers of one series, each tied to its runs (a memory series' steps
+    inside `memory_threshold` left out, module doc)."""
     from mlbaseline.history import changepoints
 
     det = changepoints.detect(
@@ -98,11 +123,13 @@ def check_series(
     pts = series.points
     changes = []
     for cp in det.change_points:
+        if _below_band(cp, series, memory_threshold):
+            continue
         first, last_before = pts[cp.index].entry, pts[cp.index - 1].entry
         changes.append(
             {
                 **cp.to_dict(),
-                "direction": _direction(cp.rel_change, series.higher_is_better),
+                "direction": _direction(cp.before, cp.after, series.higher_is_better),
                 "run": _run(first),
                 "previous_run": _run(last_before),
                 "commit_range": [last_before.git.commit, first.git.commit],

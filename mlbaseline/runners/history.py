@@ -287,6 +287,7 @@ def check(cfg: Config, found: Sequence[Series], min_points: int = 4) -> list[dic
                 alpha=cfg.compare.alpha,
                 min_segment=cfg.history.min_segment,
                 confidence=cfg.compare.confidence,
+                memory_threshold=cfg.compare.memory_threshold,
             )
         )
     return out
