@@ -386,6 +386,22 @@ class Distributed(Strict):
 Launch.model_rebuild()
 
 
+class Attach(Strict):
+    """`data.attach` (`runners.attach_result.attach_block`): the script `mlb attach` ran, how
+    its steps were cut, and how it ended (`then` stop / continue; `ended`, per process)."""
+
+    command: list[str]
+    script: str | None = None
+    script_sha256: str | None = None
+    then: str | None = None
+    ended: str | None = None
+    exit_codes: list[int | None] | None = None
+    boundary: str | None = None  # "optimizer", or "backward" for a manual update
+    micro_batches: int | None = None
+    samples_per_micro_batch: int | None = None
+    eval_s: Num = None  # eval time inside the measured steps' intervals, kept out of them
+
+
 class Data(Strict):
     """`data` of a throughput result (the CLI's, pooled replicates', or the library API's).
 
@@ -416,3 +432,4 @@ class Data(Strict):
     source: str | None = None  # "api": written by the library API
     name: str | None = None  # the library API's Baseline name
     ab_pairs: list[int] | None = None  # `mlb ab --processes`: an arm's pooled pairs
+    attach: Attach | None = None  # `mlb attach`: the script and how it ended
