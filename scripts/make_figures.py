@@ -6,7 +6,8 @@ Not a `make demo` run (minutes): the inputs are the demo-like results the tests 
 tests/golden/report/ (real `mlb run` output on tiny settings), plus what a demo folder alone
 does not hold, built from them deterministically: a second throughput result (B, the stages
 rescaled) for the two-result report and the compare forest, a phased telemetry timeline, a
-history of eight runs for the trend, and memory metrics (`with_memory`) for the memory figure.
+history of eight runs for the trend; the memory figure is drawn from tests/golden/memory/ (a
+real `mlb throughput` with memory metrics, MEMORY_RUN).
 tests/test_figures_readback.py imports these builders.
 """
 
@@ -22,6 +23,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests/golden/report"
+MEMORY_GOLDEN = ROOT / "tests/golden/memory/throughput.json"
+# how MEMORY_GOLDEN was made (CPU, 2 cores; its numbers are that machine's)
+MEMORY_RUN = (
+    "mlb throughput --batch-sizes 8,16,32,64 --set workload.model=builtin:tiny_cnn "
+    "--set workload.image_size=32 --set throughput.max_time_s=2 --set throughput.min_time_s=0.5 "
+    "--set throughput.max_steps=40 --set throughput.num_workers=1 --set throughput.telemetry=false "
+    "--repeats 1 --no-history -o tests/golden/memory/throughput.json"
+)
 OUT = ROOT / "docs/figures"
 # B against A: the data wait doubles, the forward pass gets faster
 B_FACTORS = {"data_wait": 2.0, "forward": 0.8, "backward": 1.02}
@@ -31,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from mlbaseline.report.data import Telemetry, read_telemetry  # noqa: E402
 from mlbaseline.report.figures_history import HistoryView, Mark, TrendLine  # noqa: E402
 from mlbaseline.report.inputs import ReportInput, collect  # noqa: E402
-from mlbaseline.results import Metric, Result  # noqa: E402
+from mlbaseline.results import Result  # noqa: E402
 
 
 def golden_throughput() -> ReportInput:
@@ -73,22 +82,11 @@ def two_results(folder: Path) -> list[ReportInput]:
             ReportInput(b, folder / "b/throughput.json")]  # fmt: skip
 
 
-def with_memory(result: Result) -> Result:
-    """The result with memory metrics: its own when it has them; else (the golden files
-    predate them) each batch size's recorded peak (`data.batch_sizes[B].train/inference
-    .peak_memory_bytes`, measured by the run) as the one peak value of that size."""
-    out = copy.deepcopy(result)
-    if any((m.meta or {}).get("role") == "memory" for m in out.measurements.values()):
-        return out
-    for key, entry in (out.data.get("batch_sizes") or {}).items():
-        for family, part in (("train", "train"), ("infer", "inference")):
-            peak = (entry.get(part) or {}).get("peak_memory_bytes")
-            if peak is None:
-                continue
-            group, name = f"{family}.bs{key}", f"{family}.bs{key}.mem.peak"
-            meta = {"role": "memory", "group": group, "memory": "peak"}
-            out.measurements[name] = Metric(name, "B", False, [float(peak)], meta=meta)
-    return out
+def memory_throughput() -> ReportInput:
+    """A real `mlb throughput` result with memory metrics (tests/golden/memory/, MEMORY_RUN):
+    the golden report's files predate them."""
+    found = collect([MEMORY_GOLDEN])
+    return next(i for i in found.items if i.result.kind == "throughput")
 
 
 def compare_doc() -> dict:
@@ -159,7 +157,7 @@ def draw_all(out: Path) -> list[Path]:
         rows, _ = forest_rows(compare_doc())
         pairs.append((fig.forest_figure(rows, t / "forest.png"), "compare_forest.png"))
         pairs.append((trend_figure(trend_view(), t / "trend.png"), "history_trend.png"))
-        memory = memory_figure_job(result_memory(with_memory(golden_throughput().result)))
+        memory = memory_figure_job(result_memory(memory_throughput().result))
         if memory is not None:
             pairs.append((memory(t / "memory.png"), "memory.png"))
         written = []

@@ -237,6 +237,33 @@ def test_headline_has_peak_memory_and_energy_rows_only_when_measured(golden):
     assert re.fullmatch(rf"16\.0 {ci} J per step; 2\.00 {ci} J per sample", cell), cell
 
 
+def test_energy_not_measured_is_no_headline_row_but_its_reason_is_in_the_section(golden):
+    r = with_memory(golden)
+    r.data["energy"] = {"measured": False, "reason": "RAPL not readable (permission denied)"}
+    md = _markdown(r)
+    assert "energy" not in _section(md, HEADLINE).lower()
+    section = _section(md, MEMORY_HEADING)
+    assert "**Energy:** not measured (RAPL not readable (permission denied))." in section
+
+
+def test_flagged_windows_and_a_batch_size_without_a_figure_are_said(golden):
+    r = with_energy(golden)
+    del r.measurements["train.bs8.energy_per_step"], r.measurements["train.bs8.energy_per_sample"]
+    ok = {"start_s": 0.0, "seconds": 1.2, "steps": 10, "samples": 160, "joules": 320.0, "flag": ""}
+    short = {**ok, "seconds": 0.01, "joules": None, "flag": "short_window"}
+    r.data["energy"] = {"measured": True, "source": "nvml-counter", "batch_sizes": {
+        "8": {"windows": [short], "reason": "no window gave a figure (short_window)"},
+        "16": {"windows": [ok] * 5 + [short, short]}}}  # fmt: skip
+    md = _markdown(r)
+    section = _section(md, MEMORY_HEADING)
+    rows = {row[0]: row[1:] for row in _table(section)[1:]}
+    assert rows["training, batch 16"][2] == "5 (2 more flagged: 2 short_window)"
+    assert "training, batch 8" not in rows and "never 0 J" in section
+    assert "Not measured: training, batch 8: no window gave a figure (short_window)." in section
+    head = _section(md, HEADLINE)
+    assert "energy, training step, batch 16" in head and "batch 8" not in head.split("energy")[-1]
+
+
 def test_energy_table_in_the_section(golden):
     section = _section(_markdown(with_energy(golden)), MEMORY_HEADING)
     rows = {r[0]: r[1:] for r in _table(section)[1:]}
@@ -257,6 +284,21 @@ def test_html_report_has_the_memory_figure_inline(golden, tmp_path):
     memory = page.split("Memory and energy</h2>", 1)[1].split("<h2", 1)[0]
     assert re.search(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', memory)
     assert "figures/memory.png" not in page
+
+
+def test_a_real_throughput_result_fills_the_table_and_the_activations_scale_with_the_batch():
+    """A real CPU `mlb throughput` (tests/golden/memory/, make_figures' MEMORY_RUN)."""
+    real = load_result(TESTS / "golden" / "memory" / "throughput.json")
+    gs = result_memory(real)
+    train = {g.batch_size: g for g in gs if g.family == "train"}
+    assert sorted(train) == [8, 16, 32, 64]
+    for b in (8, 16, 32):  # tiny_cnn's activations are linear in the batch
+        ratio = train[2 * b].median("held.forward") / train[b].median("held.forward")
+        assert 1.8 < ratio < 2.2, (b, ratio)
+    assert all(g.median("workers_peak") for g in train.values())
+    section = _section(_markdown(real), MEMORY_HEADING)
+    assert len(_table(section)) == 1 + 8 and "workers' peak" in section
+    assert "host RAM" in section
 
 
 def test_memory_groups_follow_the_report_context(golden):

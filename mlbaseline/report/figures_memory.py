@@ -105,7 +105,7 @@ def draw_memory(series: Sequence[PeakSeries], caps: Sequence[Capacity], title: s
         line.set_gid(f"capacity|{c.label}")
     ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
     ax.set_xlabel("batch size")
-    ax.set_ylabel("peak memory per step (median, whiskers: min–max)")
+    ax.set_ylabel("peak memory per step or batch (median, whiskers: min–max)")
     ax.set_title(title)
     _axis(ax, [v for s in series for p in s.points.values() for v in p], caps)
     handles, labels = ax.get_legend_handles_labels()

@@ -65,6 +65,12 @@ class MemoryGroup:
     def name(self) -> str:
         return group_name(self.prefix, self.label)
 
+    @property
+    def peak_kind(self) -> str:
+        """How the peak was read (`meta.kind`: cuda_max_allocated, cpu_rss_hwm, …), or ""."""
+        peak = self.metrics.get("peak")
+        return str((peak.meta or {}).get("kind") or "") if peak is not None else ""
+
     def median(self, key: str) -> float | None:
         m = self.metrics.get(key)
         x = [v for v in m.values if np.isfinite(v)] if m is not None else []
@@ -184,10 +190,18 @@ def capacities(results: Sequence[Result]) -> list[Capacity]:
 class EnergyGroup:
     """The energy metrics of one group of one result file (J per step and per sample)."""
 
+    result: Result
     prefix: str
     label: str
     per_step: Metric | None = None
     per_sample: Metric | None = None
+
+    def flagged(self) -> dict[str, int]:
+        """The windows of this batch size that gave no figure, by flag (`data["energy"]`):
+        too short for the counter's update period, no counter update, under the minimum."""
+        entry = (energy_block(self.result).get("batch_sizes") or {}).get(str(batch_of(self.prefix)))
+        flags = [str(w.get("flag")) for w in (entry or {}).get("windows") or [] if w.get("flag")]
+        return {f: flags.count(f) for f in dict.fromkeys(flags)}
 
     @property
     def name(self) -> str:
@@ -201,7 +215,7 @@ def result_energy(result: Result, label: str = "") -> list[EnergyGroup]:
         if (metric.meta or {}).get("role") != "energy" and not last.startswith("energy_per_"):
             continue
         prefix = str((metric.meta or {}).get("group") or metric.name.rsplit(".", 1)[0])
-        g = found.setdefault(prefix, EnergyGroup(prefix, label))
+        g = found.setdefault(prefix, EnergyGroup(result, prefix, label))
         if last == "energy_per_sample":
             g.per_sample = metric
         else:
@@ -221,13 +235,26 @@ def joules(metric: Metric | None) -> str:
     return f"{with_ci(e.median, e.low, e.high)} J" if e is not None else "–"
 
 
+def energy_block(result: Result) -> Mapping[str, Any]:
+    """The result's `data["energy"]`: how energy was measured, or why not ({} when absent)."""
+    block = result.data.get("energy") if isinstance(result.data, Mapping) else None
+    return block if isinstance(block, Mapping) else {}
+
+
 def energy_not_measured(results: Sequence[Result]) -> list[str]:
-    """The reasons the results give for measuring no energy (`data["energy"]`), distinct."""
+    """Why energy is missing: a result's reason for measuring none, or a batch size's reason
+    for giving no figure ('training, batch 32: no window gave a figure …'), distinct."""
     reasons = []
     for r in results:
-        energy = r.data.get("energy") if isinstance(r.data, Mapping) else None
-        if isinstance(energy, Mapping) and energy.get("measured") is False:
-            reasons.append(str(energy.get("reason") or "no reason recorded"))
+        block = energy_block(r)
+        if block.get("measured") is False:
+            reasons.append(str(block.get("reason") or "no reason recorded"))
+            continue
+        for key, entry in (block.get("batch_sizes") or {}).items():
+            if isinstance(entry, Mapping) and entry.get("reason"):
+                reasons.append(f"{group_name(f'train.bs{key}')}: {entry['reason']}")
+        if not block.get("batch_sizes") and block.get("reason"):
+            reasons.append(str(block["reason"]))
     return list(dict.fromkeys(reasons))
 
 
@@ -243,9 +270,10 @@ _METHOD = {
     ),
     "cpu": (
         "CPU: peak = the process's peak RSS over each step (VmHWM, reset through `clear_refs` "
-        "where the kernel allows); held after a stage = RSS at its end minus at its start; "
-        "workers' peak = the DataLoader workers' peak RSS, summed. Reserved memory exists on "
-        "CUDA only."
+        "where the kernel allows); held after a stage = the bytes glibc's malloc has handed out "
+        "(`mallinfo2`, where tensors live; RSS where malloc is not glibc's) at its end minus at "
+        "its start, 0 where it freed more; workers' peak = the DataLoader workers' peak RSS, "
+        "summed. Reserved memory exists on CUDA only."
     ),
 }
 
@@ -293,29 +321,44 @@ def _memory_part(ctx: ReportContext) -> list[str]:
         + " ".join(_METHOD[k] for k in kinds),
         "",
     ]
+    sampled = [g.name for g in gs if g.peak_kind == "cpu_rss_sampled"]
+    if sampled:
+        lines += [
+            f"The peak of {', '.join(sampled)} is the highest RSS read at the stage edges (the "
+            "kernel refused the VmHWM reset): a peak inside a stage can be missed.",
+            "",
+        ]
     caps = capacities(list({id(g.result): g.result for g in gs}.values()))
     where = "; ".join(c.text for c in caps) or "not recorded in the results' environment"
     lines += [f"Device capacity (the figure's line): {where}.", ""]
     return lines + figure(ctx, "memory", "peak memory per batch size with the device's capacity")
 
 
+def _windows(g: EnergyGroup) -> str:
+    """'5', or '5 (2 more flagged: short_window)': the windows that gave a figure, and those
+    that could not."""
+    n = len(g.per_step.values) if g.per_step is not None else 0
+    flagged = g.flagged()
+    more = ", ".join(f"{k} {f}" for f, k in flagged.items())
+    return f"{n} ({sum(flagged.values())} more flagged: {more})" if flagged else str(n)
+
+
 def _energy_part(ctx: ReportContext) -> list[str]:
     gs = energy_groups(ctx)
+    reasons = energy_not_measured(ctx.results)
     if not gs:
-        reasons = energy_not_measured(ctx.results)
         why = "; ".join(reasons) if reasons else "no energy metrics in these results"
         return [f"**Energy:** not measured ({why}).", ""]
-    rows = []
-    for g in gs:
-        n = len(g.per_step.values) if g.per_step is not None else 0
-        rows.append([g.name, joules(g.per_step), joules(g.per_sample), str(n)])
+    rows = [[g.name, joules(g.per_step), joules(g.per_sample), _windows(g)] for g in gs]
     headers = ["energy", "per step, median [95% CI]", "per sample [95% CI]", "windows"]
     note = (
         "Each value is one measured window of at least 1 s: the energy the device used in it "
         "(NVML's total-energy counter, or power polling integrated where there is none; RAPL "
-        "on CPU) over the steps in it."
+        "on CPU) over the steps in it. A window shorter than the counter's update period is "
+        "flagged and gives no figure, never 0 J."
     )
-    return [*table(headers, rows), note, ""]
+    lines = [*table(headers, rows), note, ""]
+    return lines + ([f"Not measured: {'; '.join(reasons)}.", ""] if reasons else [])
 
 
 def section_memory(ctx: ReportContext) -> list[str]:
