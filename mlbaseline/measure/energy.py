@@ -445,15 +445,18 @@ class EnergyMeter:
         if self.source is None:
             return {"measured": False, "reason": self.reason}
         out: dict[str, Any] = {
-            "measured": True,
+            "measured": bool(self.sizes),
             "source": self.source.name,
             "update_period_s": self.source.update_period_s,
             "min_window_s": self.min_window_s,
             **self.source.describe(),
             "batch_sizes": self.sizes,
         }
-        if not self.sizes:
-            out["reason"] = "no training steps were measured in this process"
+        if not self.sizes:  # the single-process sweep marks the steps; nothing else does yet
+            out["reason"] = (
+                "no training steps were measured in this process (inference only, or a "
+                "multi-process run: energy is measured by the single-process sweep)"
+            )
         return out
 
 
@@ -510,3 +513,9 @@ def pooled_block(blocks: Sequence[dict[str, Any] | None]) -> dict[str, Any] | No
     if sizes or "batch_sizes" in present[0][1]:
         out["batch_sizes"] = sizes
     return out
+
+
+def open_meter(device: str, probe: GpuProbe, sampler: Any = None) -> EnergyMeter:
+    """The meter of one throughput run: its source, or none with the reason."""
+    source, reason = open_source(device, probe, sampler, POWERCAP)
+    return EnergyMeter(source, reason)

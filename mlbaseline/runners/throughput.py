@@ -39,6 +39,7 @@ from mlbaseline.measure.contamination import CpuAccount
 from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.measure.control import ControlKernel, make_control
 from mlbaseline.measure.determinism import resolve_device, set_determinism
+from mlbaseline.measure.energy import EnergyMeter, open_meter, pooled_block
 from mlbaseline.measure.gpu import GpuProbe, default_probe
 from mlbaseline.measure.memory import refuse_oversized_batches
 from mlbaseline.measure.pooling import pool_replicates
@@ -104,6 +105,7 @@ class _Watch:
 
     control: ControlKernel | None
     account: CpuAccount
+    energy: EnergyMeter | None = None  # J/step per window of measured steps (measure.energy)
 
     @classmethod
     def of(cls, cfg: Config, clock: Clock) -> _Watch:
@@ -119,11 +121,16 @@ class _Watch:
 
 def _train_local(run: SweepState, batch_size: int, watch: _Watch | None = None) -> None:
     control = watch.control if watch is not None else None
+    energy = watch.energy if watch is not None else None
+    if energy is not None:
+        energy.begin()
     with run.progress.task(f"train bs{batch_size}: warm-up", total=None) as task:
         phase = {"measuring": False}
 
         def on_step(n: int, measuring: bool) -> None:
             task.advance()
+            if energy is not None:  # before the control kernel: read at the step's end
+                energy.mark(n)
             if control is not None:
                 control.on_step(n, measuring)  # between steps: outside the step timer
             if measuring and not phase["measuring"]:
@@ -141,6 +148,10 @@ def _train_local(run: SweepState, batch_size: int, watch: _Watch | None = None) 
         )  # fmt: skip
     if tr is not None:
         run.add_train(tr)
+        if energy is not None:
+            samples = [r.samples for r in tr.loop.records]
+            for m in energy.end(tr.prefix, batch_size, tr.loop.warmup, samples):
+                run.records.add_metric(m)
         if run.trace is not None:  # --trace: compared with mlb's stages when assembled
             run.records.traced.append((batch_size, list(tr.stages)))
         if tr.loop.stop_reason == "interrupted":
@@ -433,6 +444,7 @@ def _run_once(
     watch = _Watch.of(cfg, run.clock)
     tele, owned, csv_path = _sampler_for(cfg, probe, sampler, output_dir, telemetry_name)
     run.trace = trace_session(cfg, run.device, tele, output_dir, telemetry_name)
+    watch.energy = open_meter(run.device, probe, tele)
     try:
         with tele if owned else contextlib.nullcontext():
             _measure(run, tele, watch)
@@ -449,6 +461,7 @@ def _run_once(
                 size.stop_reason = "interrupted"
     if single is not None:
         records.blocks["replicate_plan"] = single
+    records.blocks["energy"] = watch.energy.block()
     ending = Ending(
         account=watch.account,
         control=watch.control_metric(),
@@ -493,6 +506,8 @@ def assemble(records: Records, ending: Ending) -> Result:
         pool_replicates(result, ending.children)
         # one account of the whole tree from here replaces each child's view of itself
         result.warnings = [w for w in result.warnings if w.get("code") != "contaminated"]
+        if energy := pooled_block([c.data.get("energy") for c in ending.children]):
+            result.data["energy"] = energy
     if ending.control is not None:
         result.add_metric(ending.control)
     if ending.account is not None:
