@@ -533,4 +533,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "verdicts": __import__("bench_verdicts").verdicts,  # issue 24: bench/bench_verdicts.py
     "power": __import__("bench_verdict_power").power,  # issue 24: simulated, docs/VERDICTS.md
     "documents": __import__("bench_documents").documents,  # issue 25: validation's cost
+    "memory": __import__("bench_memory").memory,  # issue 28: bench/bench_memory.py
 }

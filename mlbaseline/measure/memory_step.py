@@ -36,6 +36,7 @@ import functools
 import os
 import platform
 import re
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ class StepMemoryRecorder(Protocol):
 
 # ---------------------------------------------------------------- CPU sources
 
+MIB = 2**20
 _HWM = re.compile(rb"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
 
@@ -111,6 +113,10 @@ class ProcSelf:
         self._open()
         m = _HWM.search(os.pread(self._status, 4096, 0))
         return int(m.group(1)) * 1024 if m else None
+
+    def maxrss(self) -> int:
+        """getrusage's peak RSS: VmHWM, or the peak before an exec where that was higher."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def reset_hwm(self) -> bool:
         """VmHWM back to the current RSS (`clear_refs` "5"); False where the kernel refuses."""
@@ -172,26 +178,38 @@ class CpuStepMemory:
     ) -> None:
         self.proc = proc or proc_self()
         self._read = allocated or (malloc_in_use() if use_malloc else None) or self.proc.rss
-        self.kind = "cpu_rss" if self._read == self.proc.rss else "cpu_malloc"
+        self._rss_only = self._read == self.proc.rss
+        self.kind = "cpu_rss" if self._rss_only else "cpu_malloc"
         self._hwm: bool | None = None  # decided at the first reset
         self.peak_kind = "cpu_rss_hwm"
+        self._rusage = False  # the peak from getrusage rather than /proc/self/status
         self._held: dict[str, int] = {}
         self._peak = 0
 
     def begin_step(self) -> None:
         self._held = {}
-        if self._hwm is not False:
-            self._hwm = self.proc.reset_hwm() and self.proc.hwm() is not None
-            if not self._hwm:
-                self.peak_kind = "cpu_rss_sampled"
+        if self._hwm is None:  # the first step decides how the peak is read (and resets it)
+            self._decide()
+        elif self._hwm and not self.proc.reset_hwm():  # refused now: sample from here on
+            self._hwm, self.peak_kind = False, "cpu_rss_sampled"
         if not self._hwm:
             self._peak = self.proc.rss()
+
+    def _decide(self) -> None:
+        self._hwm = self.proc.reset_hwm() and self.proc.hwm() is not None
+        if not self._hwm:
+            self.peak_kind = "cpu_rss_sampled"
+            return
+        # getrusage's ru_maxrss is the same high-water mark for ~2 µs where /proc/self/status
+        # costs ~15 µs; it also holds the peak of the image before an exec, so it is used
+        # only where that is below the RSS now (it follows the reset)
+        self._rusage = self.proc.maxrss() <= self.proc.rss() + MIB
 
     def current(self) -> int:
         if not self._hwm:  # no kernel peak: sample RSS at every edge
             rss = self.proc.rss()
             self._peak = max(self._peak, rss)
-            if self._read == self.proc.rss:
+            if self._rss_only:
                 return rss
         return self._read()
 
@@ -199,7 +217,9 @@ class CpuStepMemory:
         self._held[name] = self._held.get(name, 0) + max(0, self.current() - start)
 
     def end_step(self) -> StepMemory:
-        peak = self.proc.hwm() if self._hwm else None
+        peak = None
+        if self._hwm:
+            peak = self.proc.maxrss() if self._rusage else self.proc.hwm()
         if peak is None:
             if self._hwm:  # VmHWM gone since the reset: sample from here on, and say so
                 self._hwm, self.peak_kind = False, "cpu_rss_sampled"
