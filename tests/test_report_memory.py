@@ -136,6 +136,15 @@ def test_two_files_are_two_rows_each_labelled(golden):
     assert rows["training, batch 8 (b/throughput.json)"][0] == "160.00 MiB"
 
 
+def test_a_run_folder_labels_nothing_and_shows_latency_memory(golden):
+    latency = load_result(GOLDEN / "latency.json")
+    m = _mem("latency.mem.peak", [700 * MiB], "latency", "peak")
+    latency.measurements[m.name] = m
+    md = _markdown(with_memory(golden), latency, paths=("r/throughput.json", "r/latency.json"))
+    rows = {r[0]: r[1:] for r in _table(_section(md, MEMORY_HEADING))[1:]}
+    assert next(iter(rows)) == "training, batch 8" and rows["latency"][0] == "700.00 MiB"
+
+
 def test_a_result_without_memory_metrics_says_not_measured(golden):
     section = _section(_markdown(golden), MEMORY_HEADING)
     assert "_Not measured: no memory metrics in these results" in section

@@ -9,7 +9,7 @@ A result measured before these existed simply has none: the section says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,12 +119,23 @@ def result_memory(result: Result, label: str = "") -> list[MemoryGroup]:
     return list(found.values())
 
 
+def kind_labels(ctx: ReportContext, holds: Callable[[Result], bool]) -> list[tuple[Result, str]]:
+    """The results that hold something, each with the label that tells it apart from the other
+    results of its kind (report.labels): a run folder's throughput and latency files need none,
+    two throughput files each get theirs."""
+    pairs = [(r, s) for r, s in zip(ctx.results, ctx.sources, strict=True) if holds(r)]
+    label: dict[int, str] = {}
+    for kind in dict.fromkeys(r.kind for r, _ in pairs):
+        same = [(r, s) for r, s in pairs if r.kind == kind]
+        names = series_labels([r for r, _ in same], [s for _, s in same])
+        label.update({id(r): n for (r, _), n in zip(same, names, strict=True)})
+    return [(r, label[id(r)]) for r, _ in pairs]
+
+
 def memory_groups(ctx: ReportContext) -> list[MemoryGroup]:
-    """Every result's memory groups, each file labelled apart (report.labels) when several
-    files hold memory metrics."""
-    holding = [(r, s) for r, s in zip(ctx.results, ctx.sources, strict=True) if result_memory(r)]
-    labels = series_labels([r for r, _ in holding], [s for _, s in holding])
-    return [g for (r, _), lab in zip(holding, labels, strict=True) for g in result_memory(r, lab)]
+    """Every result's memory groups, in the report's order of results."""
+    return [g for r, lab in kind_labels(ctx, lambda r: bool(result_memory(r)))
+            for g in result_memory(r, lab)]  # fmt: skip
 
 
 # ---------------------------------------------------------------- device and capacity
@@ -224,9 +235,8 @@ def result_energy(result: Result, label: str = "") -> list[EnergyGroup]:
 
 
 def energy_groups(ctx: ReportContext) -> list[EnergyGroup]:
-    holding = [(r, s) for r, s in zip(ctx.results, ctx.sources, strict=True) if result_energy(r)]
-    labels = series_labels([r for r, _ in holding], [s for _, s in holding])
-    return [g for (r, _), lab in zip(holding, labels, strict=True) for g in result_energy(r, lab)]
+    return [g for r, lab in kind_labels(ctx, lambda r: bool(result_energy(r)))
+            for g in result_energy(r, lab)]  # fmt: skip
 
 
 def joules(metric: Metric | None) -> str:
