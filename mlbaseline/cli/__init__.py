@@ -14,6 +14,7 @@ from mlbaseline.cli import (  # noqa: F401
     env_check,
     subset,
     throughput,
+    attach,
     latency,
     dataloader,
     compare,

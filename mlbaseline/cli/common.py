@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar, get_type_hints
+from typing import Annotated, Any, NoReturn, TypeVar, get_args, get_type_hints
 
 import typer
 from rich import box
@@ -123,7 +123,7 @@ TagOpt = Annotated[
     ),
 ]
 # the commands that measure (and so take --name / --tag): their result is a run to label
-MEASURING = ("throughput", "latency", "dataloader", "env-check", "subset", "run", "ab")
+MEASURING = ("throughput", "attach", "latency", "dataloader", "env-check", "subset", "run", "ab")
 
 
 class RichProgress:
@@ -416,6 +416,8 @@ def _shared_params(
     if data is not None:
         annotations = {"data": data_argument(data), "data_alias": DataAliasOpt, **annotations}
     defaults = {**_DEFAULTS, "output": output_default, "data_alias": None}
+    # a shared flag that takes a value here (attach's --json PATH) is unset by default
+    defaults |= {k: None for k, v in (own or {}).items() if get_args(v)[:1] not in ((bool,), ())}
     kind = inspect.Parameter.KEYWORD_ONLY
     return [
         inspect.Parameter(name, kind, annotation=hint, default=defaults[name])

@@ -1,0 +1,283 @@
+"""The child side of `mlb attach`: booted in the script's own interpreter by the generated
+`sitecustomize.py` (`runners.attach.write_boot`), before the script's first line.
+
+`boot()` reads the protocol's environment (`MLB_ATTACH_MODE`, the status and control fds, the
+result path and the config) and removes it, with the scratch folder from `PYTHONPATH`, so the
+script's own subprocesses run plain. It installs nothing yet: the hooks (`measure.hooks`) go
+in when the script imports torch (an import hook runs them right after `import torch`
+finishes), so a script that sets up its environment before importing torch keeps that order.
+
+Modes: `measure` (`MeasureSink`): the step records go to `measure.loop.StepLoop`, the warm-up
+detection and stop rule of every path; once it is met the result (kind `throughput`, source
+`attach`, built by `runners.throughput.assemble` like every other) is written to
+`MLB_ATTACH_OUT` with the safe writer, `{"event":"done"}` is sent, and the hooks go quiet: the
+script trains on unmeasured until the parent stops it. `turns`: `runners.attach_turns`'s sink
+(paired A/B). A script that ends before the stop rule is met still gets its result, of the
+steps so far (stop reason `script_ended`), written at exit.
+
+Nothing here may break the script: an instrumentation fault is reported on the status fd
+(`{"event":"error"}`) and the script runs on unmeasured.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from mlbaseline.measure import hooks
+
+MODE = "MLB_ATTACH_MODE"
+STATUS_FD = "MLB_ATTACH_STATUS_FD"
+CONTROL_FD = "MLB_ATTACH_CONTROL_FD"
+OUT = "MLB_ATTACH_OUT"
+CONFIG = "MLB_ATTACH_CONFIG"  # the resolved config, a JSON file in the scratch folder
+META = "MLB_ATTACH_META"  # JSON: the command, the script and its sha256, --then
+PYTHONPATH = "MLB_ATTACH_PYTHONPATH"  # the script's own PYTHONPATH, restored at boot
+SCRATCH = "MLB_ATTACH_SCRATCH"
+PROTOCOL = (MODE, STATUS_FD, CONTROL_FD, OUT, CONFIG, META, PYTHONPATH, SCRATCH)
+ENDED = "script_ended"  # stop reason: the script ended before the stop rule was met
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def boot(environ: MutableMapping[str, str] | None = None) -> None:
+    """Called by the generated sitecustomize: take the protocol out of the environment and
+    install the hooks once torch is imported."""
+    env = os.environ if environ is None else environ
+    if not env.get(MODE):
+        return
+    settings = {k: env.pop(k) for k in PROTOCOL if k in env}
+    if settings.get(PYTHONPATH):
+        env["PYTHONPATH"] = settings[PYTHONPATH]
+    else:
+        env.pop("PYTHONPATH", None)
+    emit = status_writer(settings)
+    after_import("torch", lambda: start(settings, emit))
+
+
+def status_writer(settings: Mapping[str, str]) -> Emit:
+    """JSON lines on the status fd (nothing when there is none)."""
+    from mlbaseline.runners.attach_turns import fd_writer
+
+    if not settings.get(STATUS_FD):
+        return lambda event: None
+    write = fd_writer(int(settings[STATUS_FD]))
+
+    def emit(event: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):  # a gone parent is no error of the script's
+            write(event)
+
+    return emit
+
+
+def start(settings: Mapping[str, str], emit: Emit) -> hooks.Hooks | None:
+    """Install the hooks with the mode's sink (right after `import torch`)."""
+    try:
+        mode = settings.get(MODE)
+        if mode == "turns":
+            from mlbaseline.runners.attach_turns import start as turns
+
+            return hooks.install(turns(settings))
+        if mode != "measure":
+            raise ValueError(f"{MODE}: unknown mode {mode!r}")
+        sink = MeasureSink.from_settings(settings, emit)
+        installed = hooks.install(sink)
+        sink.hooks = installed
+        atexit.register(sink.close)
+        return installed
+    except Exception as exc:  # the script must run on: say why nothing is measured
+        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        return None
+
+
+# ---------------------------------------------------------------- after `import torch`
+
+
+class _After(importlib.abc.Loader):
+    """The loader of one module, calling back once it has executed."""
+
+    def __init__(self, inner: Any, callback: Callable[[], None]) -> None:
+        self.inner, self.callback = inner, callback
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = self.inner
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        self.callback()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)  # once: the real finders find it
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _After(spec.loader, self.callback)
+        return spec
+
+
+def after_import(name: str, callback: Callable[[], None]) -> None:
+    """Call `callback` right after the module `name` is first imported (now if it is)."""
+    if name in sys.modules:
+        callback()
+        return
+    sys.meta_path.insert(0, _Finder(name, callback))
+
+
+# ---------------------------------------------------------------- the measuring sink
+
+
+class MeasureSink:
+    """`sink.on_step` for mode `measure`: every step to the stop rule; the result once met."""
+
+    def __init__(
+        self, cfg: Any, emit: Emit, out: Path | None, meta: Mapping[str, Any], clock: Any = None
+    ) -> None:
+        from mlbaseline.measure.loop import StepLoop, StopRule
+
+        self.cfg, self.emit, self.out, self.meta = cfg, emit, out, dict(meta)
+        self.loop: StepLoop[Any] = StepLoop(StopRule.from_config(cfg.throughput), clock)
+        self.steps: list[hooks.HookStep] = []
+        self.hooks: hooks.Hooks | None = None
+        self.done = False
+        self.result_path: Path | None = None
+        self._sampler: Any = None
+        self._window: list[float] = []
+        self._probe: Any = None
+        self.meter: Any = None
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str], emit: Emit) -> MeasureSink:
+        from mlbaseline.config import Config, build
+
+        cfg = build(Config, json.loads(Path(settings[CONFIG]).read_text()))
+        meta = json.loads(settings.get(META) or "{}")
+        out = Path(settings[OUT]) if settings.get(OUT) else None
+        return cls(cfg, emit, out, meta)
+
+    def on_step(self, record: hooks.HookStep) -> None:
+        if self.done:
+            return
+        from mlbaseline.measure.step import StepRecord
+        from mlbaseline.measure.timers import StepTimes
+
+        if not self.steps:
+            self.emit({"event": "first_step"})
+            self._start_telemetry()
+            self._start_meter()
+        elif self.meter is not None:
+            self.meter.update()
+        warm = self.loop.warmup is not None
+        self.steps.append(record)
+        times = StepTimes(record.total_s, dict(record.stages), record.total_s)
+        self.loop.begin()
+        self.loop.end(StepRecord(times, record.samples), record.total_s)
+        if not warm and self.loop.warmup is not None:
+            self.emit({"event": "measuring"})
+        if self.loop.done:
+            self.finish()
+
+    def _start_meter(self) -> None:
+        from mlbaseline.measure.memory import make_memory_meter
+
+        kind = self.hooks.rec.marker.kind if self.hooks is not None else "cpu"
+        self.meter = make_memory_meter("cuda" if kind == "cuda" else "cpu")
+        self.meter.reset()
+
+    def _start_telemetry(self) -> None:
+        if not self.cfg.throughput.telemetry:
+            return
+        from mlbaseline.measure.gpu import default_probe
+        from mlbaseline.runners.throughput import make_sampler
+
+        self._probe = default_probe()
+        self._sampler = make_sampler(self._probe, self.cfg)
+        self._sampler.start()
+        self._window.append(self._sampler.elapsed_s())
+
+    def finish(self, reason: str | None = None) -> None:
+        """The stop rule is met (or the script ended: `reason`): write the result, say done,
+        and let the script train on unmeasured."""
+        if self.done:
+            return
+        self.done = True
+        if self.hooks is not None:
+            self.hooks.rec.off = True
+        try:
+            if reason is not None:
+                self.loop.end_early(reason)
+            if self._sampler is not None:
+                self._window.append(self._sampler.elapsed_s())
+                self._sampler.stop()
+            result = self.result()
+            if self.out is not None:
+                from mlbaseline.results import write_result
+
+                write_result(result, self.out, force=True)
+                self.result_path = self.out
+            self.emit({"event": "done", "result": str(self.out), "partial": reason is not None})
+        except Exception as exc:  # never the script's problem: the parent reports it
+            self.emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        finally:
+            if self._probe is not None:
+                with contextlib.suppress(Exception):
+                    self._probe.close()
+
+    def close(self) -> None:
+        """At the script's exit: the steps so far, when the stop rule was not met."""
+        if self.done:
+            return
+        if self.hooks is not None:
+            self.hooks.rec.flush(block=True)
+        if self.done:
+            return
+        if not self.steps:
+            self.done = True
+            self.emit({"event": "error", "message": "no training step seen"})
+            return
+        self.finish(ENDED)
+
+    def result(self) -> Any:
+        """The throughput result of the steps (`runners.throughput.assemble`)."""
+        from mlbaseline.runners.attach_result import build_result
+
+        timer = self.hooks.rec.marker.kind if self.hooks is not None else "cpu"
+        return build_result(self.cfg, self.loop.result(), self.steps, self.meta, timer, self)
+
+
+__all__ = [
+    "CONFIG",
+    "CONTROL_FD",
+    "ENDED",
+    "META",
+    "MODE",
+    "OUT",
+    "PROTOCOL",
+    "PYTHONPATH",
+    "SCRATCH",
+    "STATUS_FD",
+    "MeasureSink",
+    "after_import",
+    "boot",
+    "start",
+]
