@@ -7,6 +7,8 @@
 #   3. mlb latency --profile vision --requests 200   (skipped, with a message, if the command is absent)
 #   4. pytest -m gpu                         (CUDA-event timers, memory meter, NVML probe, GPU runs)
 #   5. bench/gpu_timing_check.py             (CUDA-event stage sums vs synchronized wall clock, 10%)
+#   6. bench/gpu_energy_check.py             (the CUDA memory line and the energy line: J/step from
+#                                              NVML's energy counter over >= 1 s windows of real steps)
 #
 # Exit codes: 0 every step passed; 1 a step failed; 3 no GPU here: nothing was run ("no GPU:
 # skipped") — the tool's own code for "required hardware missing", so CI cannot mistake a machine
@@ -68,6 +70,8 @@ fi
 step "pytest -m gpu" any -- "$PY" -m pytest -q -m gpu tests/
 
 step "timing check" any -- "$PY" bench/gpu_timing_check.py --json "$OUT/timing.json"
+
+step "energy check" any -- "$PY" bench/gpu_energy_check.py --json "$OUT/energy.json"
 
 echo
 echo "gpu-check summary (results in $OUT):"
