@@ -7,11 +7,13 @@ block after it closes; without a step block, a step ends at the `next()` after i
 every `with bl.stage(name):` block is timed by the CLI's stage timer (`measure.timers`: CPU
 clock, or CUDA events synchronized at the step's edges), and the step goes to the CLI's
 `StepLoop` (`measure.loop`), which detects the warm-up and applies the stop rule: `bl.done`
-says the rule is met. A stage missing from a step counts 0 there; the residual (step −
-stages) is reported, as in `mlb throughput`. `save()` writes a `throughput` result
-(`train.bs{B}.*`, the same checks), so `mlb compare`, `mlb report` and the history read it
-like any other, and prints one summary line on stderr (`summary_line`: the path, the steps,
-why they stopped, the step median with its CI; `quiet=True` keeps it silent).
+says the rule is met (`Baseline(advisory=True)`: it never does, so the user's epoch is not cut;
+`bl.ended` says measuring ended, and the steps after it run untimed). A stage missing from a
+step counts 0 there; the residual (step − stages) is reported, as in `mlb throughput`.
+`save()` writes a `throughput` result (`train.bs{B}.*`, the same checks), so `mlb compare`,
+`mlb report` and the history read it like any other, and prints one summary line on stderr
+(`summary_line`: the path, the steps, why they stopped, the step median with its CI;
+`quiet=True` keeps it silent).
 
 Under torch.distributed (an initialized process group), every rank measures, rank 0's
 warm-up and stop decisions are broadcast each step (`runners.distributed`'s `agree`, so all
@@ -117,7 +119,11 @@ class Baseline:
     the order the result lists them (default: as first seen). `model`: what the result names
     as `workload.model` (default `api:NAME`; the Lightning callback names the module's class).
     `quiet`: no summary line when `save()` writes. `run_name` and `tags`: the run's label, as
-    `--name` / `--tag` give it on the CLI. `clock`, `timer` and `probe` are for tests."""
+    `--name` / `--tag` give it on the CLI. `advisory=True`: measure without cutting the loop:
+    `bl.done` stays False (an `if bl.done: break` never fires), the stop rule still ends the
+    measurement (`bl.ended`), the steps after it run untimed at the cost of an attribute
+    lookup, and the result's `data.stop` says where measuring ended. `clock`, `timer` and
+    `probe` are for tests."""
 
     def __init__(
         self,
@@ -139,6 +145,7 @@ class Baseline:
         quiet: bool = False,
         run_name: str | None = None,
         tags: Sequence[str] = (),
+        advisory: bool = False,
     ) -> None:
         problems = check_label(run_name, tags, ("run_name", "tags"))
         if problems:
@@ -148,6 +155,7 @@ class Baseline:
         mine |= {"history.name": run_name, "history.tags": list(tags) or None}
         cfg = _config(name, batch_size, device, config, profile, mine, model)
         self.name, self.cfg, self.quiet = name, cfg, quiet
+        self.advisory = advisory  # bl.done never says stop: the user's loop runs its course
         self.summary: str | None = None  # the line save() printed (or would have, quiet)
         self.device = resolve_device(cfg.workload.device)
         self.batch_size = cfg.golden.batch_size
@@ -178,7 +186,14 @@ class Baseline:
 
     @property
     def done(self) -> bool:
-        """True once the stop rule is met (or Ctrl-C ended a step): stop the loop here."""
+        """True once the stop rule is met (or Ctrl-C ended a step): stop the loop here.
+        Always False with `advisory=True`: the loop runs on, unmeasured (`ended` says)."""
+        return self.loop.done and not self.advisory
+
+    @property
+    def ended(self) -> bool:
+        """True once the measurement is over (the stop rule met, Ctrl-C, or `close()`), in
+        either mode: the steps after it are not timed."""
         return self.loop.done
 
     @property
@@ -193,8 +208,8 @@ class Baseline:
     # the step block's edges, for frameworks that call hooks instead of running a block
 
     def begin_step(self) -> None:
-        """Begin a step (continue the one `bl.data()` began); nothing once done."""
-        if self.done:
+        """Begin a step (continue the one `bl.data()` began); nothing once ended."""
+        if self.ended:
             return
         if self._state == _BLOCK:
             raise UsageError("bl.step(): steps do not nest")
@@ -220,7 +235,7 @@ class Baseline:
     def stage(self, name: str) -> Any:
         """Time one part of the current step (same name twice in a step: the times add)."""
         if self._state == _NO_STEP:
-            if self.done:
+            if self.ended:
                 return _NULL
             raise UsageError(
                 f"bl.stage({name!r}) outside a step: put it in `with bl.step():` or in a "
@@ -240,7 +255,7 @@ class Baseline:
             raise UsageError(f"bl.data(per_step={per_step}): must be >= 1")
         it = iter(iterable)
         while True:
-            if self.done:
+            if self.ended:
                 yield from it  # measured: the loop goes on untimed
                 return
             if self._state == _AUTO and self._drawn >= per_step:  # that was one whole step
@@ -305,7 +320,7 @@ class Baseline:
         """End the measurement (a loop that ended before the stop rule says so) and stop the
         telemetry sampler; `save()` and `result()` call it. The GPU probe is closed once the
         result has taken the environment fingerprint."""
-        if not self.done:
+        if not self.ended:
             self._stop_early(ENDED)
 
     def __enter__(self) -> Baseline:
@@ -374,6 +389,8 @@ class Baseline:
             residual_limit=RESIDUAL_LIMIT,
         )
         records = Records(facts)
+        # where measuring ended in the user's loop, and whether bl.done let the loop run on
+        records.blocks["stop"] = {"advisory": self.advisory, "step": len(self.loop.records)}
         if self._ranks is not None:
             records.blocks["distributed"] = {"world_size": world, "backend": self._ranks.backend}
         return records
@@ -408,8 +425,15 @@ class Baseline:
             _record(path, self.cfg)
         self.summary = summary_line(result, path, self.batch_size)
         if not self.quiet:  # stderr: the user's own stdout stays theirs
-            print(self.summary, file=sys.stderr)
+            print(self.summary + self._then(), file=sys.stderr)
         return path
+
+    def _then(self) -> str:
+        """What the user's loop does after the measurement, for the summary line."""
+        if not self.advisory or self.loop.reason == ENDED:
+            return ""
+        n = len(self.loop.records)
+        return f"; advisory: the loop was not stopped, its steps after step {n} are unmeasured"
 
 
 def summary_line(result: Result, path: Path, batch_size: int) -> str:

@@ -11,9 +11,10 @@ own work between batches such as logging), `forward` (`training_step`: forward a
 (from the end of backward to the batch's end: clipping and `optimizer.step()`). The residual is
 what falls outside them. A step's samples are its batches' own (`batch_size_of`: a smaller
 last batch counts as what it holds; `MlbCallback(batch_size=N)` counts N a batch). When the
-stop rule is met the result is written (and, with `stop_training=True`, training stops); a run
-that ends first writes it at `on_train_end`, its stop reason `loop_ended`. Under DDP every rank
-measures and rank 0 writes the pooled result.
+stop rule is met the result is written (and, with `stop_training=True`, training stops; else
+the Baseline is advisory, `data.stop.advisory` in the result, and training goes on,
+unmeasured); a run that ends first writes it at `on_train_end`, its stop reason `loop_ended`.
+Under DDP every rank measures and rank 0 writes the pooled result.
 With `accumulate_grad_batches=N` a step is N batches (one optimizer step, their stages added
 up), recorded as `workload.grad_accum`; the step ends where Lightning steps the optimizer (its
 epoch loop's `_should_accumulate`): an epoch's last batch ends a shorter step too (its samples
@@ -112,7 +113,7 @@ class MlbCallback(pl.Callback):
             self._stage.__exit__(None, None, None)
             self._stage = None
         bl = self.baseline
-        if name is not None and bl is not None and not bl.done:
+        if name is not None and bl is not None and not bl.ended:
             self._stage = bl.stage(name)
             self._stage.__enter__()
 
@@ -149,9 +150,12 @@ class MlbCallback(pl.Callback):
             kwargs = {**found, **self.kwargs}  # what the user says wins, key by key
             kwargs["overrides"] = {**found.get("overrides", {}), **self.kwargs.get("overrides", {})}
             kwargs.setdefault("model", model_name(pl_module))
+            # the stop rule ends the measurement, not the training, unless stop_training:
+            # the result's data.stop says so (advisory) and where measuring ended
+            kwargs.setdefault("advisory", not self.stop_training)
             self.baseline = Baseline(self.name, size, device, stages=STAGES, quiet=True, **kwargs)
         bl = self.baseline
-        if bl.done:
+        if bl.ended:
             return
         if self._stage is None:  # the first batch of an epoch: no data wait seen
             bl.begin_step()
@@ -176,7 +180,7 @@ class MlbCallback(pl.Callback):
         batch_idx: int,
     ) -> None:
         bl = self.baseline
-        if bl is None or bl.done:
+        if bl is None or bl.ended:
             return
         self._batches += 1
         self._samples += self.batch_size or batch_size_of(batch)
@@ -186,7 +190,7 @@ class MlbCallback(pl.Callback):
         self._switch(None)
         bl.end_step(self._samples)
         self._batches = self._samples = 0
-        if bl.done:
+        if bl.ended:
             if self.stop_training:
                 trainer.should_stop = True
             self._save(_STOPS if self.stop_training else _GOES_ON)

@@ -402,6 +402,15 @@ class Attach(Strict):
     eval_s: Num = None  # eval time inside the measured steps' intervals, kept out of them
 
 
+class Stop(Strict):
+    """`data.stop` (library API): where measuring ended in the user's loop. `step`: the steps
+    it timed, warm-up included; `advisory`: `Baseline(advisory=True)` kept `bl.done` False, so
+    the loop was not cut and the steps after `step` ran untimed."""
+
+    advisory: bool
+    step: int
+
+
 class Data(Strict):
     """`data` of a throughput result (the CLI's, pooled replicates', or the library API's).
 
@@ -433,3 +442,4 @@ class Data(Strict):
     name: str | None = None  # the library API's Baseline name
     ab_pairs: list[int] | None = None  # `mlb ab --processes`: an arm's pooled pairs
     attach: Attach | None = None  # `mlb attach`: the script and how it ended
+    stop: Stop | None = None  # the library API: where measuring ended, advisory or not

@@ -85,6 +85,8 @@ class LoopResult(Generic[T]):
     stop_reason: str
     warmup_capped: bool = False
     warmup_settled: bool = True
+    # the measured steps' own time: each step from begin() to end(), summed; what runs
+    # between steps (the user's loop outside them, a save() long after) is not counted
     measured_time_s: float = 0.0
     total_time_s: float = 0.0
     values: list[float] = field(default_factory=list)
@@ -191,6 +193,7 @@ class StepLoop(Generic[T]):
         self.records: list[T] = []
         self.values: list[float] = []
         self.starts: list[int] = []
+        self.ends: list[int] = []  # each recorded step's end, beside its start
         self.warmup: int | None = None
         self.capped = False
         self.reason = ""  # set once the loop is over: a STOP_REASONS entry or end_early's
@@ -210,6 +213,7 @@ class StepLoop(Generic[T]):
         self.records.append(record)
         self.values.append(float(value))
         now = self.clock.now_ns()
+        self.ends.append(now)
         held = Decision(self.warmup, self.capped)
         decision = _decide(self._decider, held, self.values, self.starts, now, self._t0)
         if self.agree is not None:
@@ -236,8 +240,9 @@ class StepLoop(Generic[T]):
         settled = warmup is not None and not self.capped
         if warmup is None:  # ended during warm-up: keep what there is, say so
             warmup = min(self.rule.warmup_min, len(records))
-        starts = self.starts
-        measured_s = (end - starts[warmup]) / 1e9 if warmup < len(starts) else 0.0
+        # recorded steps only (a step begun and not ended has no end): their own time
+        pairs = zip(self.starts[warmup:], self.ends[warmup:], strict=False)
+        measured_s = sum(e - s for s, e in pairs) / 1e9
         return LoopResult(
             records=records,
             warmup=warmup,
