@@ -1,19 +1,26 @@
 """The library API's advisory mode (`Baseline(advisory=True)`): the stop rule ends the
-measurement, never the user's loop, and the result says where measuring ended; and
+measurement, never the user's loop, and the result says where measuring ended;
 `measured_time_s` counts the measured steps only (not the time between them, nor the time
-until `save()`). Fake clocks everywhere a number is asserted."""
+until `save()`); and advice on replicates names only what the result's source has (API,
+`mlb attach`, the CLI). Fake clocks everywhere a number is asserted."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+import mlbaseline
 from mlbaseline.api import Baseline
+from mlbaseline.comparison import compare_results
+from mlbaseline.comparison.advice import API, ATTACH, CLI, repeats_advice, sides_advice, source_of
+from mlbaseline.config import CompareConfig
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.gpu import NullProbe
 from mlbaseline.measure.loop import StepLoop, StopRule
-from mlbaseline.results import load_result
+from mlbaseline.results import Result, load_result
 
 RULE = {
     "throughput.min_time_s": 0.0,
@@ -170,3 +177,73 @@ def test_the_lightning_callback_is_advisory_unless_it_stops_training(tmp_path):
         assert t.global_step == (timed if stop else 3 * 32)
         r = load_result(tmp_path / f"pl{stop}.json", ["throughput"])
         assert r.data["stop"] == {"advisory": not stop, "step": timed}
+
+
+# ------------------------------------------------------------------ advice by source
+
+
+def test_repeats_advice_names_what_each_source_has():
+    cli, attach, api = (repeats_advice(s, 6) for s in (CLI, ATTACH, API))
+    assert cli == "measure with --repeats 6 or more"
+    assert attach == "measure with mlb attach --repeats 6 or more"
+    # the library API's script has no --repeats: attach runs it as it is, or pool N runs
+    assert "mlb attach --repeats 6" in api and "pool_results" in api
+    assert "measure with --repeats" not in api
+    mixed = sides_advice([ATTACH, API], 6, ["a.json", "b.json"])
+    assert mixed == f"a.json: {attach}; b.json: {api}"
+
+
+def _saved(tmp_path, name: str, scale: float = 1.0) -> Result:
+    clock = ManualClock()
+    bl = baseline(clock, quiet=True)
+    for _batch in bl.data(loader(clock)):
+        with bl.step(), bl.stage("forward"):
+            clock.advance(0.01 * scale)
+        if bl.done:
+            break
+    return load_result(bl.save(tmp_path / name, history=False), ["throughput"])
+
+
+@pytest.mark.parametrize(
+    ("source", "expected", "absent"),
+    [
+        ("api", "mlb attach --repeats 2", "measure with --repeats"),
+        ("attach", "measure with mlb attach --repeats 2 or more", "pool_results"),
+        (None, "measure with --repeats 2 or more", "mlb attach"),
+    ],
+)
+def test_compare_advises_by_the_results_source(tmp_path, source, expected, absent):
+    old, new = _saved(tmp_path, "a.json"), _saved(tmp_path, "b.json", 1.1)
+    for r in (old, new):
+        if source is None:
+            del r.data["source"]  # as if mlb throughput had measured them
+        else:
+            r.data["source"] = source
+    assert {source_of(old), source_of(new)} == {source or CLI}
+    comp = compare_results(old, new, CompareConfig(), old_label="a.json", new_label="b.json")
+    warning = next(w for w in comp.warnings if w["code"] == "insufficient_data")
+    assert expected in warning["message"] and absent not in warning["message"]
+    assert any(expected in (m.reason or "") for m in comp.metrics)
+
+
+def test_the_report_names_mlb_attach_as_what_made_an_attach_result(tmp_path):
+    from mlbaseline.report.headline import _made_by
+
+    r = _saved(tmp_path, "a.json")
+    assert _made_by(r).startswith("the library API")
+    r.data["source"] = "attach"
+    assert _made_by(r) == "`mlb attach`"
+
+
+def test_every_repeats_advice_goes_through_comparison_advice():
+    """`--repeats N` worded anywhere else would be advice that ignores the result's source;
+    only the commands that have the option print it about their own results."""
+    root = Path(mlbaseline.__file__).parent
+    own = {"comparison/advice.py", "cli/throughput.py", "cli/attach.py", "cli/run.py"}
+    found = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if rel not in own and re.search(r"--repeats \{", text):
+            found.append(rel)
+    assert found == []

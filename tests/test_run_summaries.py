@@ -189,7 +189,8 @@ def test_no_share_line_below_a_fifth_of_the_step(tmp_path):
 def test_advice_names_only_what_the_source_has():
     assert repeats_advice(CLI, 6) == "measure with --repeats 6 or more"
     api = repeats_advice(API, 6)
-    assert "--repeats" not in api and "6 or more times" in api and "pool_results" in api
+    assert "measure with --repeats" not in api and "mlb attach --repeats 6" in api
+    assert "6 or more times" in api and "pool_results" in api
     assert sides_advice([API, API], 6) == api
     mixed = sides_advice([CLI, API], 6, ["a.json", "b.json"])
     assert mixed == f"a.json: {repeats_advice(CLI, 6)}; b.json: {api}"
@@ -201,12 +202,14 @@ def _insufficient(old: Result, new: Result) -> tuple[str, list[str]]:
     return warning["message"], [m.reason or "" for m in comp.metrics]
 
 
-def test_compare_advice_for_api_results_never_names_repeats(tmp_path):
+def test_compare_advice_for_api_results_names_only_what_exists(tmp_path):
     old = load_result(saved(tmp_path, "a.json"))
     new = load_result(saved(tmp_path, "b.json", scale=1.1))
     message, reasons = _insufficient(old, new)
-    assert "--repeats" not in message and "pool_results" in message
-    assert all("--repeats" not in r for r in reasons) and any("pool_results" in r for r in reasons)
+    assert "measure with --repeats" not in message and "pool_results" in message
+    assert "mlb attach --repeats 2" in message  # the script's replicates, no code change
+    assert all("measure with --repeats" not in r for r in reasons)
+    assert any("pool_results" in r for r in reasons)
     for r in (old, new):  # the same files as if the CLI had measured them: --repeats it is
         del r.data["source"]
     message, reasons = _insufficient(old, new)

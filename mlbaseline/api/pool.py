@@ -3,8 +3,10 @@
 A script measured with `Baseline` (or the Lightning callback) runs in one process, so its
 result holds no noise between processes, and `mlb compare` of two such results can give no
 verdict ("insufficient data"). `mlb throughput --repeats N` answers that with N fresh
-processes; the user's own script has no such option, so the user runs it N times (each run
-saving its own file) and pools the files here into one result whose values keep their
+processes; the user's own script has no such option: `mlb attach --repeats N -- python
+SCRIPT …` runs it in N fresh processes without a code change (measured by attach's hooks), or
+the user runs it N times (each run saving its own file) and pools the files here, keeping the
+API's own stages, into one result whose values keep their
 replicate (process) ids, the same pooling `mlb ab --processes` uses
 (`runners.throughput.replicates_result`). Only single-process results of the library API of
 one workload pool: anything else would mix what a comparison must keep apart.
@@ -45,8 +47,8 @@ def _check(path: Path, child: Result, first_path: Path, first: Result) -> None:
     """One file fit to pool with the first: an API result of one process, same workload."""
     if source_of(child) != API:
         raise UsageError(
-            f"{path}: not written by the library API (mlb throughput pools its own "
-            "processes: --repeats N)"
+            f"{path}: not written by the library API (mlb throughput and mlb attach pool "
+            "their own processes: --repeats N)"
         )
     if any(m.replicate is not None for m in child.measurements.values()):
         raise UsageError(f"{path}: already pooled (its values carry replicate ids)")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlbaseline import stats
-from mlbaseline.comparison.advice import CLI, repeats_advice, source_of
+from mlbaseline.comparison.advice import ATTACH, CLI, repeats_advice, source_of
 from mlbaseline.comparison.labels import names_of
 from mlbaseline.formatting import milliseconds as ms
 from mlbaseline.formatting import number as num
@@ -26,8 +26,10 @@ from mlbaseline.report.sections_memory import (
     column_header,
     device_of,
     energy_groups,
+    group_name,
     joules,
     memory_groups,
+    priced,
 )
 from mlbaseline.report.sections_performance import percentile_cell
 from mlbaseline.report.signals import Signal
@@ -102,6 +104,8 @@ def _device(ctx: ReportContext) -> str:
 
 
 def _made_by(r: Result) -> str:
+    if source_of(r) == ATTACH:  # a command of its own, not the library API
+        return "`mlb attach`"
     if source_of(r) != CLI:
         model = str(((r.config or {}).get("workload") or {}).get("model") or "")
         if model.startswith("lightning:"):  # api.lightning names the LightningModule's class
@@ -196,8 +200,9 @@ def figure_rows(ctx: ReportContext) -> list[list[str]]:
 
 
 def resource_rows(ctx: ReportContext) -> list[list[str]]:
-    """Peak memory per training step and, where measured, energy per step and sample: one row
-    per batch size. Nothing for what was not measured (the section says why, further down)."""
+    """Peak memory per training step and, where measured, energy per step and sample, and where
+    a price is set, cost per 1k samples and per epoch: one row per batch size. Nothing for what
+    was not measured or set (the section says why, further down)."""
     rows = []
     for g in memory_groups(ctx):
         peak = g.median("peak")
@@ -212,6 +217,13 @@ def resource_rows(ctx: ReportContext) -> list[list[str]]:
         if e.per_step is not None or e.per_sample is not None:
             cell = f"{joules(e.per_step)} per step; {joules(e.per_sample)} per sample"
             rows.append([f"energy, {e.name.replace('training', 'training step')}", cell])
+    for p in priced(ctx):  # training: per 1k samples and per epoch (inference: the section)
+        for row in (x for x in p.figures["rows"] if x["group"].startswith("train.")):
+            cell = f"{p.money(row['per_1k_samples'])} per 1k samples"
+            if row["per_epoch"] is not None:
+                cell += f"; {p.money(row['per_epoch'])} per epoch ({p.figures['epoch']})"
+            what = group_name(row["group"], p.label).replace("training", "training step")
+            rows.append([f"cost, {what}", f"{cell}, at {p.price}"])
     return rows
 
 
