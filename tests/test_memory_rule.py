@@ -14,9 +14,12 @@ from typer.testing import CliRunner
 
 from mlbaseline import comparison as cmp
 from mlbaseline.cli import app
-from mlbaseline.config import CompareConfig
+from mlbaseline.config import CompareConfig, resolve
+from mlbaseline.measure.memory_step import StepMemory
+from mlbaseline.measure.timers import StepTimes
 from mlbaseline.report import comparison as shown
 from mlbaseline.results import Metric, Result, load_result, write_result
+from mlbaseline.runners.ab import PairLog, ab_result
 from mlbaseline.stats import decision
 
 runner = CliRunner()
@@ -246,3 +249,83 @@ def test_history_gate_judges_memory_by_the_same_rule(tmp_path, store):
     same = runner.invoke(app, ["history", "gate", str(files[4]), "--json", "--set",
                                "compare.n_resamples=200"])  # fmt: skip
     assert same.exit_code == 0, same.output
+
+
+# --------------------------------------------------------------------------- mlb ab
+
+
+def _arm_times(n: int, activations: float, seed: int) -> list[StepTimes]:
+    """Steps whose times are the same for both arms and whose memory has the activations."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        stages = {s: t * float(np.exp(rng.normal(0, 0.01))) for s, t in STAGES.items()}
+        held = {s: int(v) for s, v in _held(activations).items() if v >= 0}
+        peak = int(256 * MIB + activations)
+        out.append(StepTimes(sum(stages.values()), stages, memory=StepMemory(held, peak)))
+    return out
+
+
+@pytest.mark.parametrize("pairs", [1, 2, 12])
+def test_ab_judges_memory_by_the_rule_and_names_forward(pairs):
+    cfg = resolve(profile="demo")
+    log = PairLog()
+    log.times = {"a": _arm_times(pairs, 64 * MIB, 1), "b": _arm_times(pairs, 128 * MIB, 2)}
+    log.done = ["AB"] * pairs
+    result = ab_result(cfg, cfg, log, 0.01, 0)
+    mem = result.data["memory"]
+    rows = {r["metric"]: r["verdict"] for r in mem["metrics"]}
+    assert rows["mem.peak"] == rows["mem.forward"] == "regressed"
+    assert rows["mem.data_wait"] == "unchanged" and mem["named"] == "forward"
+    assert "forward moved most" in mem["sentence"] and "activations" in mem["sentence"]
+    assert result.data["verdict"] == "regressed" and result.verdict.failed
+    assert {s["verdict"] for s in result.data["stages"]} != {"regressed"}
+    assert result.measurements["ab.b.mem.forward"].values == [128 * MIB] * pairs
+    # A/A: memory unchanged at every count
+    log.times["b"] = _arm_times(pairs, 64 * MIB, 3)
+    same = ab_result(cfg, cfg, log, 0.01, 0).data["memory"]
+    assert same["verdict"] == "unchanged" and same["named"] is None
+
+
+def test_ab_memory_verdicts_go_through_the_one_decision_function(monkeypatch):
+    calls = []
+
+    def spy(ratio_ci, p_adjusted, higher_is_better, threshold=0.03, alpha=0.05):
+        calls.append(threshold)
+        return "improved"
+
+    monkeypatch.setattr(decision, "decide", spy)
+    cfg = resolve(profile="demo")
+    log = PairLog()
+    log.times = {"a": _arm_times(3, 64 * MIB, 1), "b": _arm_times(3, 128 * MIB, 2)}
+    log.done = ["AB"] * 3
+    mem = ab_result(cfg, cfg, log, 0.01, 0).data["memory"]
+    assert {r["verdict"] for r in mem["metrics"]} == {"improved"}
+    assert calls.count(cfg.compare.memory_threshold) == len(mem["metrics"])
+
+
+TINY = [
+    "--profile", "demo",
+    "--set", "workload.model=builtin:tiny_mlp",
+    "--set", "workload.image_size=8",
+    "--set", "workload.dataset_size=512",
+    "--set", "throughput.batch_sizes=[256]",
+    "--set", "throughput.warmup_min=1",
+    "--set", "compare.n_resamples=200",
+    "--set", "workload.model_kwargs={hidden: 256}",
+]  # fmt: skip
+
+
+def test_cli_ab_a_wider_layer_doubles_the_activations(tmp_path, store):
+    """Real steps of a tiny MLP: B's hidden layer twice as wide holds twice the activations
+    after forward (its weights are small beside them at batch 256): regressed, forward named."""
+    out = tmp_path / "ab.json"
+    b = ["--set-b", "workload.model_kwargs={hidden: 512}"]
+    res = runner.invoke(app, ["ab", *TINY, *b, "--pairs", "4", "-o", str(out), "--json"])
+    assert res.exit_code == 1, res.output  # the memory regression fails the run
+    data = json.loads(res.stdout)["data"]
+    mem = {r["metric"]: r for r in data["memory"]["metrics"]}
+    assert mem["mem.forward"]["verdict"] == "regressed", mem["mem.forward"]
+    assert 1.8 < mem["mem.forward"]["median_new"] / mem["mem.forward"]["median_old"] < 2.2
+    assert data["memory"]["named"] == "forward" and data["verdict"] == "regressed"
+    assert load_result(out, kinds=["ab"]).data["memory"]["named"] == "forward"

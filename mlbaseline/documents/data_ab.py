@@ -128,6 +128,34 @@ class Overrides(Strict):
     b: list[str]
 
 
+class MemoryRow(Strict):
+    """One memory metric B against A by the memory rule (`runners.ab_memory.judge_memory`)."""
+
+    metric: str
+    stage: str | None
+    memory: str
+    median_old: Num  # arm A
+    median_new: Num  # arm B
+    delta: Num
+    change: Num
+    ci_low: Num
+    ci_high: Num
+    spread: Num
+    verdict: str
+    named: bool
+
+
+class Memory(Strict):
+    """Memory of the arms (issue 28): each metric's verdict, the stage named, the sentence."""
+
+    threshold: FiniteFloat
+    rule: str
+    metrics: list[MemoryRow]
+    named: str | None
+    verdict: str
+    sentence: str
+
+
 class Data(Strict):
     """`data` of an ab result."""
 
@@ -143,6 +171,7 @@ class Data(Strict):
     stages: list[Stage]
     verdict: str
     drift: Drift
+    memory: Memory | None = None  # where the arms' steps carried memory (issue 28)
     # the run's own record (`meta` of ab_result), both modes
     device: str | None = None
     pairs_requested: int | None = None

@@ -9,7 +9,9 @@ keeps the finished pairs (status interrupted). The per-pair ratios B/A per stage
 
 Metrics: `ab.a.<stage>` and `ab.b.<stage>` for every training stage, `step` (the total) and
 `residual`, with the pair id of each value as its `replicate`. `result.data` holds the order,
-the stop reason, per-stage verdicts (`stages`) and the overall `verdict`.
+the stop reason, per-stage verdicts (`stages`) and the overall `verdict`. Memory, where the
+steps carry it: `ab.<arm>.mem.*`, judged by the memory rule (`runners.ab_memory`,
+`data["memory"]`), in the overall verdict and the checks.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Check, Metric, Result
 
 # the one place a training step is built from a config (the throughput sweep's own helper)
+from mlbaseline.runners.ab_memory import add_memory_metrics, judge_memory, memory_checks
 from mlbaseline.runners.sweep import build_step, compile_first
 from mlbaseline.stats.paired import min_wilcoxon_p, pairs_reachable
 from mlbaseline.workloads.factory import build_dataset
@@ -172,12 +175,16 @@ def ab_result(
                 meta_m["role"] = "total"
             values = stage_values(log.times[arm], s)
             result.add_metric(Metric(f"ab.{arm}.{s}", "s", False, values, warm, ids, meta=meta_m))
+        add_memory_metrics(result, arm, log.times[arm], ids)
     judged, overall = judge(log, cfg_a, threshold, seed, compared)
     judged, overall, drift_doc = _drift(result, log, judged, overall, threshold, control_meta)
     for st in judged:
         status = {"regressed": "fail", "inconclusive": "warn"}.get(st.verdict, "pass")
         msg = f"B/A {st.ratio:.4f} [{st.ci_low:.4f}, {st.ci_high:.4f}], p_holm {st.p_adjusted:.3g}"
         result.verdict.checks.append(Check(f"ab.{st.stage}", status, st.ratio, threshold, msg))
+    memory = judge_memory(log.times["a"], log.times["b"], cfg_a)
+    if memory is not None:  # memory's own rule; a regression fails like a stage's
+        overall = memory_checks(result, memory, overall)
     result.data = {
         **(meta or {}),
         "pairs_done": len(log.done),
@@ -192,6 +199,7 @@ def ab_result(
         "stages": [s.to_dict() for s in judged],
         "verdict": overall,
         "drift": drift_doc,
+        **({"memory": memory} if memory is not None else {}),
     }
     if log.stop_reason == "interrupted":
         result.mark("interrupted", f"Ctrl-C: {len(log.done)} finished pairs kept")
