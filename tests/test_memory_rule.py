@@ -329,3 +329,16 @@ def test_cli_ab_a_wider_layer_doubles_the_activations(tmp_path, store):
     assert 1.8 < mem["mem.forward"]["median_new"] / mem["mem.forward"]["median_old"] < 2.2
     assert data["memory"]["named"] == "forward" and data["verdict"] == "regressed"
     assert load_result(out, kinds=["ab"]).data["memory"]["named"] == "forward"
+
+
+def test_report_compare_shows_the_memory_rows_and_the_stage(tmp_path, store):
+    old = write_result(result(processes=4), tmp_path / "old.json")
+    new = write_result(result(processes=4, activations=128 * MIB), tmp_path / "new.json")
+    out = tmp_path / "rep"
+    args = ["report", "--compare", str(old), str(new), "-o", str(out), "-q"]
+    res = runner.invoke(app, [*args, "--set", "compare.n_resamples=200"])
+    assert res.exit_code in (0, 1), res.output
+    md = (out / "compare_report.md").read_text()
+    assert "memory regressed: train.bs16 peak memory +" in md
+    assert "| `train.bs16.mem.forward` | 64 MiB | 128 MiB |" in md
+    assert "**Memory (train.bs16):**" in md and "| forward ◀ |" in md

@@ -135,8 +135,9 @@ def level_of(
 
 def judged_names(result: Result) -> list[str]:
     """The metrics `mlb compare` would judge in a comparison of two results like this one
-    (every metric but the residuals and the control kernel)."""
-    skip = ("residual", "control")
+    by the test of times (every metric but the residuals, the control kernel and memory, which
+    has its own rule: comparison.memory)."""
+    skip = ("residual", "control", "memory")
     return [n for n, m in result.measurements.items() if (m.meta or {}).get("role") not in skip]
 
 
