@@ -5,16 +5,24 @@
   script does not offer is an error, so a test can never inject into nothing.
 - `MLB_TEST_EXIT=N`: the script prints `TRAINING DONE …` and exits with N (default 0).
 - `MLB_TEST_STEPS=N`: optimizer steps to train (each script has its default).
+- `MLB_TEST_BUSY_LOG=PATH`: each busy-wait's stage and actual length in seconds, one a line, e.g.
+  `loss 0.0025013` (a spin ends at
+  the first clock reading past its end: on a loaded machine it can overrun; the tests take what
+  it really lasted as the truth). Written in batches, so that the log costs nothing per spin.
 Not part of the scripts' "public example" style: the test's own instrument, kept out of them.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
 
 _BUSY: dict[str, float] = {}
+_SPUN: list[tuple[str, float]] = []  # actual spin lengths not yet written to the log
+_LOG_FD: int | None = None
+_LOG_EVERY = 8
 
 
 def configure(offered: set[str]) -> None:
@@ -25,6 +33,17 @@ def configure(offered: set[str]) -> None:
         if stage not in offered:
             sys.exit(f"MLB_TEST_BUSY: {stage!r} is not one of {sorted(offered)}")
         _BUSY[stage] = float(seconds)
+    log = os.environ.get("MLB_TEST_BUSY_LOG")
+    if log and _BUSY:
+        global _LOG_FD
+        _LOG_FD = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        atexit.register(_write_log)
+
+
+def _write_log() -> None:
+    if _LOG_FD is not None and _SPUN:
+        os.write(_LOG_FD, "".join(f"{stage} {s!r}\n" for stage, s in _SPUN).encode())
+        _SPUN.clear()
 
 
 def busy(stage: str) -> None:
@@ -32,9 +51,15 @@ def busy(stage: str) -> None:
     seconds = _BUSY.get(stage)
     if not seconds:
         return
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    start = time.perf_counter()
+    end = start + seconds
+    now = start
+    while now < end:
+        now = time.perf_counter()
+    if _LOG_FD is not None:
+        _SPUN.append((stage, now - start))
+        if len(_SPUN) >= _LOG_EVERY:
+            _write_log()
 
 
 def steps(default: int) -> int:

@@ -28,13 +28,15 @@ def main() -> None:
     configure({"loss", "optimizer"})
     torch.manual_seed(2)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
-    features, labels = torch.randn(1024, 64), torch.randint(0, 8, (1024,))
-    loader = DataLoader(TensorDataset(features, labels), batch_size=16, shuffle=True)
-    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 8))
+    features, labels = torch.randn(2048, 256), torch.randint(0, 8, (2048,))
+    loader = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
+    model = nn.Sequential(
+        nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 8)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     optimizer.register_step_pre_hook(lambda *_: busy("optimizer"))
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.7)
-    total, done, epoch = steps(100), 0, 0
+    total, done, epoch = steps(80), 0, 0
     while done < total:
         epoch += 1
         model.train()

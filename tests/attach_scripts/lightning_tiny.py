@@ -4,7 +4,8 @@ A `LightningModule` whose `training_step` computes the loss, `configure_optimize
 Adam; `Trainer(max_steps=…)` on CPU, no logger, no checkpoints, no progress bar (so stdout is
 the script's own). Lightning runs forward and backward inside `optimizer.step(closure)`.
 Synthetic data, no download. Busy-wait stages offered to the tests (MLB_TEST_BUSY, see
-_knobs.py): forward (in the module's forward) and backward (an autograd Function whose backward
+_knobs.py): forward (in the module's forward), loss (in `training_step`, after the forward)
+and backward (an autograd Function whose backward
 spins).
 """
 
@@ -37,7 +38,9 @@ class BusyBackward(torch.autograd.Function):
 class LitClassifier(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+        self.net = nn.Sequential(
+            nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 4)
+        )
         self.last_loss = float("nan")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -47,6 +50,7 @@ class LitClassifier(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = F.cross_entropy(self(x), y)
+        busy("loss")
         self.last_loss = loss.item()
         return loss
 
@@ -58,23 +62,23 @@ class LitClassifier(pl.LightningModule):
 
 
 def main() -> None:
-    configure({"forward", "backward"})
+    configure({"forward", "loss", "backward"})
     # Lightning's banner ("GPU available: …") goes through logging; keep the test's stderr short
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     pl.seed_everything(4, verbose=False)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
-    data = TensorDataset(torch.randn(640, 32), torch.randint(0, 4, (640,)))
+    data = TensorDataset(torch.randn(1280, 256), torch.randint(0, 4, (1280,)))
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
-        max_steps=steps(150),
+        max_steps=steps(80),
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     model = LitClassifier()
-    trainer.fit(model, DataLoader(data, batch_size=16, shuffle=True))
+    trainer.fit(model, DataLoader(data, batch_size=32, shuffle=True))
     finish(f"lightning steps={trainer.global_step} loss={model.last_loss:.4f}")
 
 

@@ -1,6 +1,6 @@
 """A plain DataLoader training loop, in the style of pytorch/examples mnist/main.py.
 
-Synthetic 1x16x16 "digits" (no download), a small CNN, SGD, cross-entropy. Busy-wait stages
+Synthetic 1x28x28 "digits" (no download), a small CNN, SGD, cross-entropy. Busy-wait stages
 offered to the tests (MLB_TEST_BUSY, see _knobs.py): data_wait (in the collate function, which
 runs inside the DataLoader's `__next__`) and forward (in `Net.forward`).
 """
@@ -19,8 +19,8 @@ class Net(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 8, 3, 1)
         self.conv2 = nn.Conv2d(8, 16, 3, 1)
-        self.fc1 = nn.Linear(16 * 6 * 6, 64)
-        self.fc2 = nn.Linear(64, 10)
+        self.fc1 = nn.Linear(16 * 12 * 12, 128)
+        self.fc2 = nn.Linear(128, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         busy("forward")
@@ -39,13 +39,13 @@ def main() -> None:
     configure({"data_wait", "forward"})
     torch.manual_seed(1)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
-    images, labels = torch.randn(512, 1, 16, 16), torch.randint(0, 10, (512,))
+    images, labels = torch.randn(512, 1, 28, 28), torch.randint(0, 10, (512,))
     loader = DataLoader(
         TensorDataset(images, labels), batch_size=32, shuffle=True, collate_fn=collate
     )
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    total, done, epoch = steps(150), 0, 0
+    total, done, epoch = steps(80), 0, 0
     while done < total:
         epoch += 1
         model.train()
