@@ -69,7 +69,7 @@ WORKLOAD_IDENTITY_KEYS = (
     "workload.dataset", "workload.data_dir", "workload.dataset_kwargs", "workload.dataset_size",
     "workload.task", "workload.image_size", "workload.vocab_size", "workload.min_length",
     "workload.max_length", "workload.num_classes", "throughput.batch_sizes",
-    "workload.transform", "workload.transform_kwargs", "throughput.num_workers",
+    "workload.transform", "workload.transform_kwargs", "workload.collate", "throughput.num_workers",
 )  # fmt: skip
 # Config paths whose values are part of the blocking fingerprint (envinfo.fingerprint).
 BLOCKING_CONFIG_KEYS = (
@@ -102,6 +102,7 @@ class WorkloadConfig:
         None, "Transform factory `pkg.module:callable`; default: resize + to-tensor."
     )
     transform_kwargs: dict[str, Any] = _f({}, "Keyword arguments for the transform factory.")
+    collate: str | None = _f(None, "A dataset factory's collate_fn, `pkg.module:callable`.")
     loss: str = _f("torch.nn:CrossEntropyLoss", "Loss factory by import path.")
     loss_kwargs: dict[str, Any] = _f({}, "Keyword arguments for the loss factory.")
     optimizer: str = _f("torch.optim:SGD", "Optimizer class by import path.")

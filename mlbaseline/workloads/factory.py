@@ -1,10 +1,11 @@
 """Build the configured workload: model, dataset (+ collate), transform, loss, optimizer.
 
 User factories (`pkg.module:callable`) are found on `workload.import_paths` and the cwd
-(`workloads.imports`). A model, dataset or transform factory is given `num_classes` and
-`image_size` when its signature names them (and its `*_kwargs` do not), a dataset factory also
-the transform; a field that would have no effect on the configured workload is an error, never
-silently ignored.
+(`workloads.imports`); so is a user dataset's `workload.collate`, the DataLoader's
+`collate_fn` itself (not a factory: it is called with each batch's list of samples). A
+model, dataset or transform factory is given `num_classes` and `image_size` when its signature
+names them (and its `*_kwargs` do not), a dataset factory also the transform; a field that
+would have no effect on the configured workload is an error, never silently ignored.
 """
 
 from __future__ import annotations
@@ -199,6 +200,11 @@ def check_fields(w: WorkloadConfig) -> None:
             f"workload.dataset_kwargs: the built-in dataset '{w.dataset}' takes none (they are "
             "for a `pkg.module:callable` dataset factory)"
         )
+    if w.collate is not None and builtin:
+        raise ConfigError(
+            f"workload.collate: the built-in dataset '{w.dataset}' batches with its own collate "
+            "(workload.collate is for a `pkg.module:callable` dataset factory)"
+        )
     if w.transform is not None and w.dataset == "synthetic":
         raise ConfigError(
             "workload.transform: the synthetic dataset yields tensors and takes no transform; "
@@ -250,6 +256,8 @@ def build_dataset(cfg: Config) -> DataSpec:
             raise DatasetError(f"workload.data_dir: {root}: {exc}") from None
         check_classes(w.num_classes, list(ds.classes), root)
         return DataSpec(ds, None, {"type": "imagefolder", "len": len(ds), "root": str(root)})
+    # the user's collate, as the DataLoader calls it (resolved first: a bad path fails fast)
+    collate = resolve_callable(w.collate, "workload.collate", w.import_paths) if w.collate else None
     ds = _user_dataset(w)
     try:
         length = len(ds)
@@ -257,7 +265,7 @@ def build_dataset(cfg: Config) -> DataSpec:
         raise FactoryError(
             f"workload.dataset: '{w.dataset}' did not return a sized dataset"
         ) from None
-    return DataSpec(ds, None, {"type": w.dataset, "len": length})
+    return DataSpec(ds, collate, {"type": w.dataset, "len": length})
 
 
 def check_classes(num_classes: int, classes: list[str], root: Path) -> None:
