@@ -10,9 +10,11 @@ allocations, and its cost per step.
     per-step reset): a stage that allocates and frees the size, in a fresh process per size
     (its first allocation of that size faults the pages in), peak − RSS at the step's start.
 (b) Overhead. The same step timed by a CPU stage timer with and without the recorder,
-    interleaved rounds, medians of the whole step's wall time (begin_step to end_step, so the
-    recorder's reads outside the clock count too): on empty stages (6 per step, the tight
-    figure: the recorder's own cost per step) and on a ~10 ms step (6 stages busy-waiting).
+    interleaved rounds, the whole step's wall time (begin_step to end_step, so the recorder's
+    reads outside the clock count too): on empty stages (6 per step; the difference of the
+    medians is the tight figure, the recorder's own cost per step) and on a ~10 ms step (6
+    stages busy-waiting; the fastest step of each arm, since load only adds time, and the
+    medians beside it).
 """
 
 from __future__ import annotations
@@ -122,8 +124,8 @@ def _peak_child(n: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- (b) overhead
 
 
-def _steps(memory: bool, steps: int, work: Callable[[], None]) -> float:
-    """Median wall seconds of a step (begin_step … end_step) over `steps` steps."""
+def _steps(memory: bool, steps: int, work: Callable[[], None]) -> list[float]:
+    """Wall seconds of each step (begin_step … end_step)."""
     from mlbaseline.measure.timers import make_timer
 
     timer = make_timer("cpu", memory=memory)
@@ -137,7 +139,7 @@ def _steps(memory: bool, steps: int, work: Callable[[], None]) -> float:
                 work()
         timer.end_step()
         walls.append(clock() - t0)
-    return statistics.median(walls)
+    return walls
 
 
 def _nothing() -> None:
@@ -150,36 +152,37 @@ def _spin() -> None:
     busy_wait(STEP_S / len(STAGES))
 
 
-def overhead_rows() -> list[Row]:
-    empty = interleave(
-        {
-            "off": lambda: _steps(False, EMPTY_STEPS, _nothing),
-            "on": lambda: _steps(True, EMPTY_STEPS, _nothing),
-        },
+def _arms(steps: int, work: Callable[[], None]) -> dict[str, list[float]]:
+    """Without and with the recorder, interleaved rounds; every step's wall time per arm."""
+    runs = interleave(
+        {"off": lambda: _steps(False, steps, work), "on": lambda: _steps(True, steps, work)},
         ROUNDS,
     )
+    return {arm: [w for run in walls for w in run] for arm, walls in runs.items()}
+
+
+def overhead_rows() -> list[Row]:
+    empty = _arms(EMPTY_STEPS, _nothing)
     off, on = statistics.median(empty["off"]), statistics.median(empty["on"])
     cost = on - off
-    busy = interleave(
-        {
-            "off": lambda: _steps(False, BUSY_STEPS, _spin),
-            "on": lambda: _steps(True, BUSY_STEPS, _spin),
-        },
-        ROUNDS,
-    )
+    busy = _arms(BUSY_STEPS, _spin)
     b_off, b_on = statistics.median(busy["off"]), statistics.median(busy["on"])
+    # a preempted busy-wait only ends late: each arm's fastest step is the least disturbed
+    f_off, f_on = min(busy["off"]), min(busy["on"])
     return [
         Row("memory", f"empty step, {len(STAGES)} stages: without / with the recorder "
             f"(median of {ROUNDS} rounds × {EMPTY_STEPS} steps)",
             f"{off * 1e6:.1f} µs / {on * 1e6:.1f} µs", "info", None),
-        Row("memory", "the recorder's cost per step, as a share of a 10 ms step",
-            f"{cost * 1e6:.1f} µs = {pct(cost / STEP_S)}", f"≤ {OVERHEAD_TARGET:.0%}",
-            cost / STEP_S <= OVERHEAD_TARGET),
-        Row("memory", f"~10 ms step ({len(STAGES)} stages busy-waiting): without / with "
-            f"(median of {ROUNDS} rounds × {BUSY_STEPS} steps)",
-            f"{b_off * 1e3:.3f} ms / {b_on * 1e3:.3f} ms ({pct(b_on / b_off - 1, signed=True)})",
-            f"≤ +{OVERHEAD_TARGET:.0%} (noisy: busy-waits preempted on a shared machine)",
-            b_on / b_off - 1 <= OVERHEAD_TARGET),
+        Row("memory", "the recorder's cost per step (from the empty steps), as a share of a "
+            "10 ms step", f"{cost * 1e6:.1f} µs = {pct(cost / STEP_S)}",
+            f"≤ {OVERHEAD_TARGET:.0%}", cost / STEP_S <= OVERHEAD_TARGET),
+        Row("memory", f"~10 ms step ({len(STAGES)} stages busy-waiting), {ROUNDS} rounds × "
+            f"{BUSY_STEPS} steps: fastest step without / with",
+            f"{f_off * 1e3:.3f} ms / {f_on * 1e3:.3f} ms ({pct(f_on / f_off - 1, signed=True)})",
+            f"≤ +{OVERHEAD_TARGET:.0%}", f_on / f_off - 1 <= OVERHEAD_TARGET),
+        Row("memory", "the same, median step without / with (load on a shared machine "
+            "preempts busy-waits)", f"{b_off * 1e3:.3f} ms / {b_on * 1e3:.3f} ms "
+            f"({pct(b_on / b_off - 1, signed=True)})", "info", None),
     ]  # fmt: skip
 
 
