@@ -46,6 +46,7 @@ from mlbaseline.measure.clock import Clock, PerfClock
 STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
 RESIDUAL = "residual"
 EVAL = "eval"
+MLB = "mlb"  # the sink's own time inside a hook: in no step
 # each interval's stage; "lossmod" is a loss module's call (inside the loss stage), "efwd" an
 # eval forward, "aux" zero_grad or gradient clipping
 LABEL = {
@@ -200,6 +201,8 @@ class Recorder:
         self._pending: int | None = None  # first data segment since the last other interval
         self._queue: deque[_Closed] = deque()
         self._closure = False  # an optimizer step's closure is running
+        self._in_loss = False  # after a train forward, before its backward
+        self._undo: tuple[tuple[str, str], int | None] = (self._prev, None)
 
     # ------------------------------------------------------------ events
 
@@ -254,14 +257,21 @@ class Recorder:
             elif kind != "aux":
                 self._close(step.candidate, "optimizer")
                 step = self._step
-        self._eval_edge(kind)
+        if kind == "efwd":
+            self._eval_edge(kind)  # the time up to an eval forward is eval's
         self._cut(self._gap(kind))
+        if kind != "efwd":
+            self._eval_edge(kind)  # the time up to a train forward's data is eval's
+        self._undo = (self._prev, self._pending)  # an h2d that moves nothing was none
         if kind in ("data", "h2d") and self._pending is None:
             self._pending = len(self._step.segs)
+        if kind in ("bwd", "data", "fwd", "efwd", "opt"):
+            self._in_loss = False
         if kind == "fwd":
             step.forward_seen = True
             self.add_samples(samples)
         self.open, self._prev = kind, (kind, "begin")
+        self._drain()
         return True
 
     def end(self, keep: bool = True) -> None:
@@ -272,14 +282,23 @@ class Recorder:
             self.inner -= 1
             return
         kind, self.open = self.open, None
-        self._cut(LABEL[kind] if keep else RESIDUAL)
+        if not keep:  # the time goes to whatever it interrupted
+            segs = self._step.segs
+            self._cut(segs[-1].label if segs else RESIDUAL)
+            self._prev, self._pending = self._undo
+            self._drain()
+            return
+        self._cut(LABEL[kind])
         self._prev = (kind, "end")
+        if kind == "fwd":
+            self._in_loss = True
         if kind not in ("data", "h2d"):
             self._pending = None
         if kind == "bwd":
             self._backward_end()
         elif kind == "opt":
             self._optimizer_end()
+        self._drain()
 
     def opt_post(self) -> None:
         """An optimizer step returned (its post hook)."""
@@ -315,10 +334,12 @@ class Recorder:
     def _gap(self, kind: str) -> str:
         """The label of the time between the last boundary and this `kind`'s start."""
         prev, step = self._prev, self._step
-        if kind in ("bwd", "lossmod") and prev in (("fwd", "end"), ("lossmod", "end")):
-            return "loss"
+        if self._in_loss and kind in ("bwd", "lossmod", "aux", "h2d"):
+            return "loss"  # a forward's end to its backward's start (a zero_grad is cut out)
         if self.mode == "backward" and not step.forward_seen:
             return "optimizer"  # the manual update: backward's end to the next forward
+        if prev == ("opt", "begin"):
+            return "optimizer"  # inside optimizer.step(closure), before the closure's forward
         if (
             kind in ("opt", "aux")
             and prev[1] == "end"
@@ -330,8 +351,8 @@ class Recorder:
 
     def _eval_edge(self, kind: str) -> None:
         """An eval forward opens an eval stretch (the data drawn for it included); a train
-        forward, backward or optimizer step closes it (the data drawn for that forward is
-        the step's again)."""
+        forward, backward, optimizer step or zero_grad closes it (the data drawn for that
+        forward, and what came after it, is the step's again)."""
         segs = self._step.segs
         if kind == "efwd" and not self._eval:
             self._eval = True
@@ -377,13 +398,26 @@ class Recorder:
         rest = _Step(segs=step.segs[upto:])
         self._step, self._pending = rest, None
         self._queue.append(closed)
+
+    def _drain(self) -> None:
+        """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's
+        own time (the stop rule's tests, say) is cut out as a segment no step counts."""
+        queue = self._queue
+        if not queue or (len(queue) <= MAX_PENDING and not self.marker.ready(queue[0].segs[-1].b)):
+            return
         self.flush()
+        if self._last is not None and not self.off:
+            mark = self.marker.mark()
+            self._step.segs.append(_Seg(MLB, self._last, mark))
+            self._last = mark
 
     def _resolve(self, closed: _Closed) -> HookStep:
         stages = dict.fromkeys(STAGES, 0.0)
         total = eval_s = 0.0
         seconds = self.marker.seconds
         for seg in closed.segs:
+            if seg.label == MLB:
+                continue
             d = seconds(seg.a, seg.b)
             if seg.eval:
                 eval_s += d
@@ -416,8 +450,36 @@ def batch_of(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int 
         first = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
     if first is None or first.dim() == 0:
         return None
-    dim = 1 if isinstance(module, torch.nn.RNNBase) and not module.batch_first else 0
+    dim = 1 if _seq_first(module) else 0
     return int(first.shape[dim]) if first.dim() > dim else int(first.shape[0])
+
+
+_SEQ_FIRST: dict[type, bool] = {}
+
+
+def _seq_first(module: Any) -> bool:
+    """Whether a model's input is (sequence, batch, …): its first recurrent layer is not
+    batch_first (a word-language-model LSTM); found once per model class."""
+    import torch
+
+    kind = type(module)
+    if kind not in _SEQ_FIRST:
+        rnn = next((m for m in module.modules() if isinstance(m, torch.nn.RNNBase)), None)
+        _SEQ_FIRST[kind] = rnn is not None and not rnn.batch_first
+    return _SEQ_FIRST[kind]
+
+
+def _to_device(args: tuple[Any, ...], kwargs: dict[str, Any], tensor: type, device: type) -> bool:
+    """Whether `Tensor.to(*args, **kwargs)` names a device other than the CPU (a dtype, a
+    CPU device or none: not a host-to-device copy)."""
+    target = kwargs.get("device") if "device" in kwargs else args[0] if args else None
+    if isinstance(target, tensor):
+        target = target.device
+    if isinstance(target, str):
+        return not target.startswith("cpu")
+    if isinstance(target, device):
+        return target.type != "cpu"
+    return isinstance(target, int) and not isinstance(target, bool)
 
 
 _ACTIVE: list[Recorder] = []  # recorders installed in this process (a fork disables them)
@@ -466,6 +528,7 @@ class Hooks:
         self._wrap(torch.Tensor, "backward", "bwd")
         self._wrap(torch.autograd, "backward", "bwd")
         self._wrap(opt.Optimizer, "zero_grad", "aux")
+        self._wrap(mod.Module, "zero_grad", "aux")
         self._wrap(clip_mod, "clip_grad_norm_", "aux")
         self._wrap(torch.nn.utils, "clip_grad_norm_", "aux")
         self._wrap_h2d(torch.Tensor, "to")
@@ -505,15 +568,18 @@ class Hooks:
         self._patch(owner, name, wrapper)
 
     def _wrap_h2d(self, owner: Any, name: str) -> None:
+        import torch
+
         orig = getattr(owner, name)
         rec, mine = self.rec, self._mine
+        tensor_type, device_type = torch.Tensor, torch.device
 
         @functools.wraps(orig)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             # cheap checks first: most calls are dtype casts inside a forward
             if rec.busy or self.device.type != "cpu" or not mine():
                 return orig(self, *args, **kwargs)
-            if name == "to" and not args and "device" not in kwargs:
+            if name == "to" and not _to_device(args, kwargs, tensor_type, device_type):
                 return orig(self, *args, **kwargs)
             if not rec.begin("h2d"):
                 return orig(self, *args, **kwargs)
@@ -568,7 +634,8 @@ class Hooks:
         tensors += [first] if first is not None else []
         return any(t.device.type == "cuda" for t in tensors)
 
-    def _forward_post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+    def _forward_post(self, module: Any, args: Any, kwargs: Any, output: Any = None) -> None:
+        # on an exception in the forward, torch calls it without the output
         rec = self.rec
         if self._mine():
             if rec.open == "fwd" and not rec.inner and rec.need_samples and kwargs:
