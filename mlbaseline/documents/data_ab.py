@@ -95,7 +95,7 @@ class ArmCommand(Strict):
 
 class Turn(Strict):
     """One arm's turn: a fresh process of `--processes`, or a turn of `--attach` (`steps`
-    measured, `fresh`: in a process started for it)."""
+    measured, `fresh`: in a process started for it, `process`: which of the arm's)."""
 
     pair: int
     arm: str
@@ -105,6 +105,7 @@ class Turn(Strict):
     error: str | None = None
     steps: int | None = None
     fresh: bool | None = None
+    process: int | None = None  # which of the arm's long-lived processes took it
 
 
 class Fallback(Strict):
@@ -141,6 +142,7 @@ class MemoryRow(Strict):
     ci_low: Num
     ci_high: Num
     spread: Num
+    scaled: bool = False  # the change is of more than A's own bytes (decision.memory_base)
     verdict: str
     named: bool
 
@@ -203,3 +205,5 @@ class Data(Strict):
     processes: ArmPair | None = None
     fallback: Fallback | None = None
     refs: dict[str, Ref] | None = None
+    # stage -> how much two long-lived processes of one arm differed (ratio − 1)
+    process_spread: dict[str, FiniteFloat] | None = None

@@ -24,6 +24,7 @@ short-processes" with `data.fallback` saying after which pair and why.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -37,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mlbaseline import stats
+from mlbaseline import formatting as fmt
+from mlbaseline import scratch, stats
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
@@ -46,11 +48,14 @@ from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Result
-from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs
-from mlbaseline.runners.attach_turns import MIN_STEPS
+from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs, stage_values
+from mlbaseline.runners.attach_turns import CONTROL_FD, MIN_STEPS, STATUS_FD
 from mlbaseline.runners.worktrees import worktrees
+from mlbaseline.safewrite import open_stream
 
+MODE = "MLB_ATTACH_MODE"
 START_TIMEOUT_S = 300.0  # import + first step + warm-up of one arm's process
+PROCESSES_PER_ARM = 2  # long-lived processes per arm: their spread is the process effect
 TURN_SLACK_S = 60.0  # a turn that has not answered turn_s + this later is lost
 STOP_GRACE_S = 10.0  # a stopped arm ends at its next step's end; then SIGINT, then SIGKILL
 LONG, SHORT = "long-lived", "short-processes"
@@ -145,6 +150,48 @@ class PipeChild:
         return f"exit code {code}" + (f": {tail}" if tail and code != 0 else "")
 
 
+BootEnv = Callable[[Path], dict[str, str]]  # scratch folder → the env that boots the hooks
+
+
+def spawn_in(logs: Path, boot: BootEnv | None = None) -> Spawner:
+    """The real spawner: each arm's process runs its command in its folder, in turn mode,
+    under the attach boot (`boot(folder)`: the environment that installs the hooks before
+    the script's first line), with a control and a status pipe, in its own session (a
+    terminal's Ctrl-C reaches this process, which stops the arms itself), its output to a log
+    in `logs` (two scripts' output interleaved on one terminal would be noise)."""
+    count = itertools.count()
+
+    def spawn(arm: ScriptArm, name: str) -> PipeChild:
+        n = next(count)
+        env = {**os.environ, **arm.env, **(boot or _attach_boot)(logs / f"boot-{name}-{n}")}
+        control_r, control_w = os.pipe()
+        status_r, status_w = os.pipe()
+        env |= {MODE: "turns", CONTROL_FD: str(control_r), STATUS_FD: str(status_w)}
+        log_path = logs / f"{name}-{n}.log"
+        try:
+            with open_stream(log_path, mode="wb") as log:
+                proc = subprocess.Popen(
+                    list(arm.command),
+                    cwd=arm.cwd,
+                    env=env,
+                    pass_fds=(control_r, status_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except BaseException:
+            for fd in (control_w, status_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(control_r)  # the child's ends: only the child holds them now
+            os.close(status_w)
+        return PipeChild(proc, control_w, status_r, log_path)
+
+    return spawn
+
+
 def _last_line(path: Path, size: int = 4096) -> str:
     """The last non-blank line of a child's log (its stderr's last word, usually)."""
     try:
@@ -176,97 +223,107 @@ def turn_times(steps: Sequence[Mapping[str, Any]]) -> tuple[StepTimes, int]:
 
 @dataclass
 class _Turns:
-    """The turn loop's side: each arm's process, the mode, every turn's record."""
+    """The turn loop's side: each arm's processes (`per_arm` long-lived ones, taking the
+    arm's turns in rotation; or a fresh one per turn), the mode, every turn's record."""
 
     arms: Mapping[str, ScriptArm]
     spawner: Spawner
     turn_s: float
     clock: Clock
     mode: str = LONG
+    per_arm: int = PROCESSES_PER_ARM
     start_timeout_s: float = START_TIMEOUT_S
     pair: int = 0
-    children: dict[str, ArmChild] = field(default_factory=dict)
+    children: dict[str, ArmChild] = field(default_factory=dict)  # by slot: "a0", "b1", …
     records: list[dict[str, Any]] = field(default_factory=list)
     fallback: dict[str, Any] | None = None
     started: dict[str, int] = field(default_factory=lambda: {a: 0 for a in ARMS})
+    taken: dict[str, int] = field(default_factory=lambda: {a: 0 for a in ARMS})
+    # (arm, slot, figures) of every turn a long-lived process measured
+    figures: list[tuple[str, int, StepTimes]] = field(default_factory=list)
 
     def step(self, arm: str) -> Callable[[], StepRecord]:
         return lambda: self.turn(arm)
 
     def turn(self, arm: str) -> StepRecord:
         start = self.clock.now_ns()
+        index = self.taken[arm] % self.per_arm if self.mode == LONG else 0
+        self.taken[arm] += 1
+        slot = f"{arm}{index}"
         # "interrupted" unless the turn ends otherwise: Ctrl-C is the one way out unrecorded
         record: dict[str, Any] = {"pair": self.pair, "arm": arm, "status": "interrupted"}
+        record.update(process=index, fresh=slot not in self.children)
         self.records.append(record)
-        fresh = arm not in self.children
-        record["fresh"] = fresh
+        long = self.mode == LONG
         try:
-            child = self.children.get(arm) or self._start(arm)
-            steps, partial = self._measure(arm, child)
+            child = self.children.get(slot) or self._start(arm, slot)
+            steps, partial = self._measure(slot, child)
         except TurnFailed as exc:
             record.update(status="failed", error=str(exc))
             raise TurnFailed(f"arm {arm.upper()}: {exc}") from None
         finally:
             record["wall_s"] = (self.clock.now_ns() - start) / 1e9
         record.update(status="partial" if partial else "ok", steps=len(steps))
-        if self.mode == SHORT and arm in self.children:
-            self._end(arm)
+        if self.mode == SHORT and slot in self.children:
+            self._end(slot)
         times, samples = turn_times(steps)
+        if long:
+            self.figures.append((arm, index, times))
         return StepRecord(times, samples)
 
-    def _start(self, arm: str) -> ArmChild:
-        """A new process for the arm, waited on until its warm-up is over."""
+    def _start(self, arm: str, slot: str) -> ArmChild:
+        """A new process for the arm's slot, waited on until its warm-up is over."""
         try:
-            child = self.spawner(self.arms[arm], arm)
+            child = self.spawner(self.arms[arm], slot)
         except OSError as exc:
             raise TurnFailed(f"could not start {self.arms[arm].command[0]}: {exc}") from None
-        self.children[arm] = child
+        self.children[slot] = child
         self.started[arm] += 1
-        event = self._next(arm, child, self.start_timeout_s, "warm-up")
+        event = self._next(slot, child, self.start_timeout_s, "warm-up")
         while event.get("event") != "measuring":
-            event = self._next(arm, child, self.start_timeout_s, "warm-up")
+            event = self._next(slot, child, self.start_timeout_s, "warm-up")
         return child
 
-    def _measure(self, arm: str, child: ArmChild) -> tuple[list[dict[str, Any]], bool]:
+    def _measure(self, slot: str, child: ArmChild) -> tuple[list[dict[str, Any]], bool]:
         child.send({"cmd": "go", "seconds": self.turn_s})
         while True:
-            event = self._next(arm, child, self.turn_s + TURN_SLACK_S, "turn")
+            event = self._next(slot, child, self.turn_s + TURN_SLACK_S, "turn")
             if event.get("event") == "turn":
                 break
         steps, partial = list(event.get("steps") or []), bool(event.get("partial"))
         if partial:  # the script ended on its own during the turn: this process is done
-            self._lost(arm, "the script ended during a turn")
+            self._lost(slot, "the script ended during a turn")
         if len(steps) < MIN_STEPS:
             raise TurnFailed(f"the turn measured {len(steps)} steps (fewer than {MIN_STEPS})")
         return steps, partial
 
-    def _next(self, arm: str, child: ArmChild, timeout_s: float, what: str) -> dict[str, Any]:
+    def _next(self, slot: str, child: ArmChild, timeout_s: float, what: str) -> dict[str, Any]:
         """The next event; an ended process, an error event or silence → TurnFailed."""
         try:
             event = child.event(timeout_s)
         except TimeoutError:
-            why = self._lost(arm, f"no answer in {timeout_s:g} s during its {what}")
+            why = self._lost(slot, f"no answer in {timeout_s:g} s during its {what}")
             raise TurnFailed(why) from None
         if event is None:
-            raise TurnFailed(self._lost(arm, f"the process ended during its {what}"))
+            raise TurnFailed(self._lost(slot, f"the process ended during its {what}"))
         if event.get("event") == "error":
-            raise TurnFailed(self._lost(arm, str(event.get("message"))))
+            raise TurnFailed(self._lost(slot, str(event.get("message"))))
         return event
 
-    def _lost(self, arm: str, why: str) -> str:
-        """An arm's process is gone or useless: end it; a long-lived run falls back to a
-        fresh process per turn for both arms from here on. Returns the reason, with how the
+    def _lost(self, slot: str, why: str) -> str:
+        """A process is gone or useless: end it; a long-lived run falls back to a fresh
+        process per turn for both arms from here on. Returns the reason, with how the
         process ended."""
-        how = self._end(arm)
+        how = self._end(slot)
         if self.mode == LONG:
-            self.fallback = {"pair": self.pair, "arm": arm, "reason": why}
+            self.fallback = {"pair": self.pair, "arm": slot[0], "reason": why}
             self.mode = SHORT
             for other in list(self.children):
                 self._end(other)
         return f"{why} ({how})" if how else why
 
-    def _end(self, arm: str) -> str:
-        child = self.children.pop(arm, None)
+    def _end(self, slot: str) -> str:
+        child = self.children.pop(slot, None)
         return child.end() if child is not None else ""
 
     def close(self) -> None:
@@ -283,6 +340,57 @@ def extra_stages(log_times: Mapping[str, Sequence[StepTimes]]) -> list[str]:
     """The stages beyond the training stages that the arms' turns measured (a script's own)."""
     seen = {n for times in log_times.values() for t in times for n in t.stages}
     return sorted(seen - set(TRAIN_STAGES) - set(NOT_STAGES))
+
+
+def process_spread(
+    figures: Sequence[tuple[str, int, StepTimes]], stages: Sequence[str]
+) -> dict[str, float]:
+    """Per stage, the process effect seen in the run: between two long-lived processes of
+    the SAME arm (the same code), the |log ratio| of their turns' medians; the larger of the
+    two arms'. Only stages with two processes of one arm measured are given."""
+    out: dict[str, float] = {}
+    for stage in stages:
+        for arm in ARMS:
+            per: dict[int, list[float]] = {}
+            for who, slot, times in figures:
+                if who == arm:
+                    per.setdefault(slot, []).extend(stage_values([times], stage))
+            meds = [m for m in (statistics.median(v) for v in per.values()) if m > 0]
+            if len(meds) >= 2:
+                out[stage] = max(out.get(stage, 0.0), math.log(max(meds) / min(meds)))
+    return out
+
+
+def hold_back(result: Result, spread: Mapping[str, float]) -> list[str]:
+    """A stage called regressed or improved whose CI does not clear the process effect (its
+    bound nearest no-change is within the spread between two processes of one arm) is held
+    back as inconclusive: one process per arm confounds the arm with the process, so a
+    difference no larger than two processes of the same code show is not evidence.
+    Returns the stages held back (their checks warn, the overall verdict is recomputed)."""
+    held = []
+    for entry in result.data["stages"]:
+        if entry["verdict"] not in ("regressed", "improved") or entry["stage"] not in spread:
+            continue
+        low, high = entry["ci_low"], entry["ci_high"]
+        near = math.log(low) if entry["verdict"] == "regressed" else -math.log(high)
+        if near <= spread[entry["stage"]]:
+            entry["verdict"] = "inconclusive"
+            held.append(entry["stage"])
+    if not held:
+        return held
+    for check in result.verdict.checks:
+        if check.name.removeprefix("ab.") in held:
+            check.status = "warn"
+    judged = [stats.PairedStage(**e) for e in result.data["stages"]]
+    result.data["verdict"] = stats.overall_verdict(judged)
+    shown = ", ".join(f"{s} {fmt.percent(math.expm1(spread[s]), 1)}" for s in held)
+    result.warn(
+        "process_effect",
+        f"two processes of the same arm differ as much as the arms ({shown}): held back as "
+        "inconclusive; run more pairs, or --short-processes (a fresh process per turn)",
+        stages=held,
+    )
+    return held
 
 
 def _checked(pairs: int, turn_s: float, budget_s: float | None) -> None:
@@ -307,6 +415,7 @@ def run_ab_attach(
     threshold: float = stats.PAIRED_THRESHOLD,
     seed: int | None = None,
     short: bool = False,
+    per_arm: int = PROCESSES_PER_ARM,
     clock: Clock | None = None,
     max_failures: int = MAX_FAILURES,
 ) -> Result:
@@ -319,7 +428,7 @@ def run_ab_attach(
     seed = cfg.golden.seed if seed is None else seed
     order = abba_order(pairs, seed)
     clock = clock or PerfClock()
-    turns = _Turns(arms, spawner, turn_s, clock, mode=SHORT if short else LONG)
+    turns = _Turns(arms, spawner, turn_s, clock, mode=SHORT if short else LONG, per_arm=per_arm)
     progress = progress or NullProgress()
     try:
         with progress.task("ab: pairs (attached)", total=pairs) as task:
@@ -345,6 +454,9 @@ def run_ab_attach(
     }
     result = ab_result(cfg, cfg, log, threshold, seed, meta, extra_stages=extra)
     result.data.update(method=METHOD, turns=turns.records, processes=dict(turns.started))
+    spread = process_spread(turns.figures, [*TRAIN_STAGES, *extra, "step"])
+    result.data["process_spread"] = {k: math.expm1(v) for k, v in spread.items()}
+    hold_back(result, spread)
     if turns.fallback is not None:
         result.data["fallback"] = turns.fallback
         result.warn(
@@ -400,6 +512,32 @@ def script_arms(
     yield out
 
 
+def run_script_ab(
+    cfg: Config,
+    command: Sequence[str],
+    *,
+    cwds: Mapping[str, Path | None],
+    refs: Mapping[str, str | None],
+    envs: Mapping[str, Mapping[str, str]],
+    spawner: Callable[[Path], Spawner] | None = None,
+    **run: Any,
+) -> Result:
+    """`mlb ab --attach`: the arms (folders or worktrees at refs, see `script_arms`), a scratch
+    folder for their logs, then `run_ab_attach` with `run`'s options. `spawner(logs)` makes
+    the spawner (default: real processes under the attach hooks, `spawn_in`)."""
+    with scratch.folder("attach") as logs, script_arms(command, cwds, refs, envs) as arms:
+        make = spawner or spawn_in
+        return run_ab_attach(cfg, arms["a"], arms["b"], make(logs), **run)
+
+
+def _attach_boot(folder: Path) -> dict[str, str]:
+    """The environment of `mlb attach`'s boot (runners.attach): a sitecustomize that
+    installs the hooks, here with the turn sink (MLB_ATTACH_MODE=turns)."""
+    from mlbaseline.runners import attach
+
+    return attach.boot_env(folder)
+
+
 __all__ = [
     "LONG",
     "SHORT",
@@ -409,6 +547,7 @@ __all__ = [
     "Spawner",
     "extra_stages",
     "run_ab_attach",
+    "run_script_ab",
     "script_arms",
     "turn_times",
 ]
