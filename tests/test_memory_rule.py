@@ -82,25 +82,29 @@ def _by_name(comp: cmp.Comparison) -> dict[str, cmp.MetricResult]:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 10])
 def test_rule_doubling_regressed_identical_unchanged_at_every_count(n):
-    assert decision.memory_rule([100.0] * n, [200.0] * n).verdict == "regressed"
-    assert decision.memory_rule([200.0] * n, [100.0] * n).verdict == "improved"
-    assert decision.memory_rule([100.0] * n, [100.0] * n).verdict == "unchanged"
+    assert decision.memory_rule([100 * MIB] * n, [200 * MIB] * n).verdict == "regressed"
+    assert decision.memory_rule([200 * MIB] * n, [100 * MIB] * n).verdict == "improved"
+    assert decision.memory_rule([100 * MIB] * n, [100 * MIB] * n).verdict == "unchanged"
     tiny = np.random.default_rng(n)
     old, new = 1e9 * (1 + 1e-3 * tiny.uniform(-1, 1, (2, n)))
     assert decision.memory_rule(old, new).verdict == "unchanged"
 
 
 def test_rule_ci_is_ratio_widened_by_the_larger_spread():
-    ci, p, s = decision.memory_ci([100, 110, 105], [200, 200, 200], threshold=0.05)
-    assert s == pytest.approx(10 / 105)  # the old side's (max − min) / median
+    ci, p, s, base = decision.memory_ci([100, 110, 105], [200, 200, 200], 0.05, min_bytes=0)
+    assert s == pytest.approx(10 / 105) and base == 105  # the old side's (max − min) / median
     assert ci == pytest.approx((200 / 105, 200 / 105 * (1 - s), 200 / 105 * (1 + s)))
     assert p == 0.0  # the whole CI beyond 1.05
     # a spread as wide as the change: the CI reaches the band, no verdict either way
-    assert decision.memory_rule([100, 160], [130, 130]).verdict == "inconclusive"
+    assert decision.memory_rule([100 * MIB, 160 * MIB], [130 * MIB] * 2).verdict == "inconclusive"
     # a stage that frees memory (held <= 0): its change is measured against the peak
-    j = decision.memory_rule([-50.0] * 3, [-50.0] * 3, scale=1000.0)
-    assert (j.ratio, j.verdict) == (1.0, "unchanged")
+    j = decision.memory_rule([-50 * MIB] * 3, [-55 * MIB] * 3, scale=1000 * MIB)
+    assert (j.ratio, j.verdict, j.scaled) == (pytest.approx(0.995), "unchanged", True)
     assert decision.memory_rule([0.0, 0.0], [0.0, 0.0]).verdict == "unchanged"
+    # a stage of a few KiB that moves by a few hundred bytes is judged in MiB: unchanged
+    small = decision.memory_rule([12_000, 12_600, 11_800], [12_300, 11_900, 12_500])
+    assert small.verdict == "unchanged" and small.base == decision.MEMORY_MIN_BYTES
+    assert decision.memory_rule([12_000] * 3, [24_000] * 3, min_bytes=0).verdict == "regressed"
 
 
 def test_memory_verdicts_go_through_the_one_decision_function(monkeypatch):

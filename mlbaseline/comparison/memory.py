@@ -110,6 +110,7 @@ def judge_memory(
             "threshold_source": SOURCE,
             "threshold_floor": thr,
             "memory_spread": j.spread,
+            "memory_base": j.base,
             "processes": procs,
         }
         out.append(MetricResult(stat, m_new.unit, pair.basis, meta, mismatch, level, None, j.mde))
@@ -121,6 +122,7 @@ def judge_memory(
 
 def _stage_row(m: MetricResult) -> dict[str, Any]:
     s = m.stat
+    base = float(m.level.get("memory_base") or s.median_old)
     return {
         "stage": m.meta.get("stage"),
         "metric": m.name,
@@ -129,8 +131,8 @@ def _stage_row(m: MetricResult) -> dict[str, Any]:
         "median_new": s.median_new,
         "delta": s.median_new - s.median_old,
         "change": s.change,
-        # a stage that frees memory (held <= 0) has its change measured against the peak
-        "of_peak": not s.median_old > 0 and s.median_new != s.median_old,
+        # measured against more than its own median: under 1 MiB, or it frees memory (the peak)
+        "scaled": base != s.median_old,
         "verdict": s.verdict,
         "named": False,
     }
@@ -180,10 +182,13 @@ def memory_sentence(a: Mapping[str, Any]) -> str:
     if row is None:
         return head + ("; no stage's held memory regressed" if a["stages"] else "")
     what = STAGE_MEANING.get(str(row["stage"]))
-    change = signed_percent(row["change"]) if math.isfinite(row["change"]) else "—"
+    # its own relative change (the verdict's may be of a larger scale: decision.memory_base)
+    own = row["delta"] / row["median_old"] if row["median_old"] > 0 else math.nan
+    parts = [signed_percent(own)] if math.isfinite(own) else []
+    parts += [what] if what else []
     return (
         f"{head}; {row['stage']} moved most: {format_value(row['delta'], 'B', signed=True)} "
-        f"held at its end ({change}" + (f", {what})" if what else ")")
+        "held at its end" + (f" ({', '.join(parts)})" if parts else "")
     )
 
 

@@ -121,6 +121,7 @@ class MetricRow(Strict):
     sitting_bar: Num = None
     noise_components: dict[str, NoiseComponents | None] | None = None  # "old"/"new"
     memory_spread: Num = None  # a memory metric: the relative spread its CI was widened by
+    memory_base: Num = None  # and the bytes its change was measured against
     reason: str | None = None
     drift_adjusted: bool
     raw: Raw | None = None
@@ -175,7 +176,7 @@ class MemoryStage(Strict):
     median_new: Num
     delta: Num
     change: Num
-    of_peak: bool = False  # the change is a share of the group's peak (held <= 0 before)
+    scaled: bool = False  # the change is a share of more than median(old) (1 MiB, the peak)
     verdict: str
     named: bool
 

@@ -24,7 +24,7 @@ from mlbaseline.formatting import share_percent as _share
 from mlbaseline.formatting import signed_percent as _pct
 from mlbaseline.formatting import value as format_value
 
-MEMORY_NOTE = "\\* a share of the peak: the stage frees memory (held <= 0 before)"
+MEMORY_NOTE = "\\* of 1 MiB at least (of the peak where the stage frees memory)"
 
 __all__ = [  # with the names of the comparison the `mlb compare` tables show
     "ATTRIBUTION_METHOD",
@@ -149,14 +149,14 @@ def stage_rows(a: Mapping[str, Any]) -> list[dict[str, str]]:
 def memory_rows(a: Mapping[str, Any]) -> list[dict[str, str]]:
     """Display rows of one group's memory attribution (comparison.memory): each stage's bytes
     held at its end, old and new, the change and its verdict (◀: the stage named; * a change
-    as a share of the peak: the stage held <= 0 bytes before, it frees memory)."""
+    measured against more than the stage's own bytes: stats.decision.memory_base)."""
     return [
         {
             "stage": str(row["stage"]) + (" ◀" if row.get("named") else ""),
             "old": format_value(row["median_old"], "B"),
             "new": format_value(row["median_new"], "B"),
             "delta": format_value(row["delta"], "B", signed=True),
-            "change": _pct(row["change"]) + (" *" if row.get("of_peak") else ""),
+            "change": _pct(row["change"]) + (" *" if row.get("scaled") else ""),
             "verdict": row["verdict"],
         }
         for row in a["stages"]

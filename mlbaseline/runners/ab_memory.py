@@ -63,6 +63,7 @@ def _row(name: str, meta: dict[str, Any], j: stats.decision.MemoryJudgement) -> 
         "ci_low": j.ci_low,
         "ci_high": j.ci_high,
         "spread": j.spread,
+        "scaled": j.scaled,
         "verdict": j.verdict,
         "named": False,
     }

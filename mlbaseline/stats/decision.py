@@ -98,6 +98,9 @@ DEFAULT_MEMORY_THRESHOLD = 0.05  # compare.memory_threshold's default
 # (or byte-identical values) cannot measure, pages and allocator blocks, is taken as a quarter
 # of the band, so an A/A pair whose medians differ by a page is "unchanged", not "a change".
 MEMORY_RESOLUTION = 0.25
+# The smallest scale a memory change is judged against, in bytes: a stage that holds a few KiB
+# (allocator bookkeeping, Python objects) and moves by a few hundred bytes has not regressed.
+MEMORY_MIN_BYTES = float(2**20)
 
 
 @dataclass(frozen=True)
@@ -113,40 +116,58 @@ class MemoryJudgement:
     median_new: float
     verdict: str
     mde: float  # the smallest change this pair of sides calls (its spread and the band)
+    base: float  # the bytes the change was measured against (median(old) unless scaled)
+
+    @property
+    def scaled(self) -> bool:
+        """Measured against more than median(old): a small stage, or one that frees memory."""
+        return self.base != self.median_old
 
 
-def _relative_spread(values: np.ndarray, median: float, base: float) -> float:
-    """(max − min) / median of one side (/ `base` where its median is not positive); 0 for a
-    single value."""
+def memory_base(old_median: float, scale: float | None, min_bytes: float) -> float:
+    """The bytes a memory change is measured against: median(old), or `scale` (the group's
+    peak) where that is not positive (a stage that frees memory holds <= 0 bytes at its end);
+    at least `min_bytes`, and at least 1."""
+    base = old_median if old_median > 0 else (scale or 0.0)
+    return max(base, min_bytes, 1.0)
+
+
+def _relative_spread(values: np.ndarray, median: float, base: float, min_bytes: float) -> float:
+    """(max − min) / median of one side (at least `min_bytes`; `base` where its median is not
+    positive); 0 for a single value."""
     if values.size < 2:
         return 0.0
-    return float(values.max() - values.min()) / (median if median > 0 else base)
+    return float(values.max() - values.min()) / (max(median, min_bytes) if median > 0 else base)
 
 
 def memory_ci(
-    old: Sequence[float], new: Sequence[float], threshold: float, scale: float | None = None
-) -> tuple[tuple[float, float, float], float, float]:
-    """((ratio, low, high), p, s) of the memory rule (module doc): ratio = median(new) /
+    old: Sequence[float],
+    new: Sequence[float],
+    threshold: float,
+    scale: float | None = None,
+    min_bytes: float = MEMORY_MIN_BYTES,
+) -> tuple[tuple[float, float, float], float, float, float]:
+    """((ratio, low, high), p, s, base) of the memory rule (module doc): ratio = median(new) /
     median(old); s = the larger side's (max − min) / median, at least MEMORY_RESOLUTION of the
     threshold; CI = (r, r·(1 − s), r·(1 + s)), its low end clamped at 0; p = 0 when the CI lies
     wholly beyond 1 ± threshold, else 1.
 
-    Where median(old) is not positive (a stage that frees memory holds ≤ 0 bytes at its end)
-    the change is measured against `scale` (the caller passes the group's peak):
-    ratio = 1 + (median(new) − median(old)) / scale. Two all-zero sides are ratio 1."""
+    The denominator is :func:`memory_base`: below `min_bytes` (1 MiB), or for a stage that
+    frees memory (median(old) <= 0: `scale`, the group's peak), ratio = 1 + (median(new) −
+    median(old)) / base. Two all-zero sides are ratio 1."""
     a, b = np.asarray(old, dtype=np.float64), np.asarray(new, dtype=np.float64)
     if a.size == 0 or b.size == 0 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("memory values: both sides need finite values")
     m_old, m_new = float(np.median(a)), float(np.median(b))
-    base = m_old if m_old > 0 else (scale or 0.0)
-    if base <= 0:  # nothing to scale by: the larger magnitude on either side (1 byte if all 0)
-        base = max(float(np.abs(a).max()), float(np.abs(b).max()), 1.0)
+    base = memory_base(m_old, scale, min_bytes)
     r = 1.0 + (m_new - m_old) / base
-    measured = max(_relative_spread(a, m_old, base), _relative_spread(b, m_new, base))
+    measured = max(
+        _relative_spread(a, m_old, base, min_bytes), _relative_spread(b, m_new, base, min_bytes)
+    )
     s = max(measured, MEMORY_RESOLUTION * threshold)
     ci = (r, max(0.0, r - abs(r) * s), r + abs(r) * s)
     beyond = ci[1] > 1.0 + threshold or ci[2] < 1.0 - threshold
-    return ci, 0.0 if beyond else 1.0, s
+    return ci, 0.0 if beyond else 1.0, s, base
 
 
 def memory_rule(
@@ -156,17 +177,18 @@ def memory_rule(
     threshold: float = DEFAULT_MEMORY_THRESHOLD,
     alpha: float = 0.05,
     scale: float | None = None,
+    min_bytes: float = MEMORY_MIN_BYTES,
 ) -> MemoryJudgement:
     """The verdict of one memory metric: :func:`memory_ci`, then :func:`decide` (the module's
     attribute, looked up at call time: a spy that replaces it sees every memory verdict) at
     `threshold` (compare.memory_threshold). A doubling is "regressed" and identical values
     "unchanged" at every count, even one value a side."""
-    ci, p, s = memory_ci(old, new, threshold, scale)
+    ci, p, s, base = memory_ci(old, new, threshold, scale, min_bytes)
     verdict = decide(ci, p, higher_is_better, threshold, alpha)
     # the smallest rise whose CI clears the band: r·(1 − s) > 1 + threshold
     mde = (1.0 + threshold) / (1.0 - s) - 1.0 if s < 1.0 else math.inf
     m_old, m_new = float(np.median(old)), float(np.median(new))
-    return MemoryJudgement(ci[0], ci[1], ci[2], p, s, m_old, m_new, verdict, mde)
+    return MemoryJudgement(ci[0], ci[1], ci[2], p, s, m_old, m_new, verdict, mde, base)
 
 
 # --------------------------------------------------------------------------- the test
@@ -303,6 +325,7 @@ def fewest(ok: Callable[[int], bool], lo: int, cap: int) -> int:
 __all__ = [
     "DEFAULT_MEMORY_THRESHOLD",
     "INSUFFICIENT",
+    "MEMORY_MIN_BYTES",
     "MEMORY_RESOLUTION",
     "POWER",
     "RANK_MIN",
@@ -315,6 +338,7 @@ __all__ = [
     "fewest",
     "gatekeep",
     "log_t_test",
+    "memory_base",
     "memory_ci",
     "memory_rule",
     "min_decidable",
