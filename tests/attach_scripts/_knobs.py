@@ -1,14 +1,17 @@
 """What the attach tests turn in the five scripts, through the environment.
 
-- `MLB_TEST_BUSY=stage:seconds[,stage:seconds]`: busy-wait that long (a `perf_counter` spin, so
-  the wait is wall time whatever the load) at the named place inside the script; a stage the
-  script does not offer is an error, so a test can never inject into nothing.
+- `MLB_TEST_BUSY=stage:seconds[:calls][,…]`: busy-wait that long (a `perf_counter` spin, so the
+  wait is wall time whatever the load) at the named place inside the script, on every other
+  optimizer step: the first `calls` passes there (the passes of one step, default 1: the
+  micro-batches, for a loss), not the next `calls`, and so on. The steps without it are the
+  same run's own "without": the with/without difference sees the same load and process. A
+  stage the script does not offer is an error, so a test can never inject into nothing.
 - `MLB_TEST_EXIT=N`: the script prints `TRAINING DONE …` and exits with N (default 0).
 - `MLB_TEST_STEPS=N`: optimizer steps to train (each script has its default).
 - `MLB_TEST_BUSY_LOG=PATH`: each busy-wait's stage and actual length in seconds, one a line, e.g.
-  `loss 0.0025013` (a spin ends at
-  the first clock reading past its end: on a loaded machine it can overrun; the tests take what
-  it really lasted as the truth). Written in batches, so that the log costs nothing per spin.
+  `loss 0.0025013` (a spin ends at the first clock reading past its end: on a loaded machine it
+  can overrun; the tests take what it really lasted as the truth). Written in batches, so that
+  the log costs nothing per spin.
 Not part of the scripts' "public example" style: the test's own instrument, kept out of them.
 """
 
@@ -19,7 +22,8 @@ import os
 import sys
 import time
 
-_BUSY: dict[str, float] = {}
+_BUSY: dict[str, tuple[float, int]] = {}  # stage -> (seconds, passes per step)
+_PASSES: dict[str, int] = {}
 _SPUN: list[tuple[str, float]] = []  # actual spin lengths not yet written to the log
 _LOG_FD: int | None = None
 _LOG_EVERY = 8
@@ -29,10 +33,10 @@ def configure(offered: set[str]) -> None:
     """Read MLB_TEST_BUSY; refuse a stage this script cannot busy-wait in."""
     spec = os.environ.get("MLB_TEST_BUSY", "").strip()
     for item in filter(None, (part.strip() for part in spec.split(","))):
-        stage, _, seconds = item.partition(":")
+        stage, seconds, *calls = item.split(":")
         if stage not in offered:
             sys.exit(f"MLB_TEST_BUSY: {stage!r} is not one of {sorted(offered)}")
-        _BUSY[stage] = float(seconds)
+        _BUSY[stage] = (float(seconds), int(calls[0]) if calls else 1)
     log = os.environ.get("MLB_TEST_BUSY_LOG")
     if log and _BUSY:
         global _LOG_FD
@@ -47,9 +51,12 @@ def _write_log() -> None:
 
 
 def busy(stage: str) -> None:
-    """Spin for the configured seconds of this stage (nothing when none is configured)."""
-    seconds = _BUSY.get(stage)
-    if not seconds:
+    """Spin for the configured seconds of this stage, on every other step's passes."""
+    if stage not in _BUSY:
+        return
+    seconds, calls = _BUSY[stage]
+    passes = _PASSES[stage] = _PASSES.get(stage, 0) + 1
+    if (passes - 1) // calls % 2:
         return
     start = time.perf_counter()
     end = start + seconds
