@@ -175,14 +175,22 @@ def test_api_results_get_no_cli_only_advice(tmp_path, name):
     api.write_text(doc.replace('"data": {', '"data": {\n    "source": "api",', 1), encoding="utf-8")
     assert load_result(api).data.get("source") == "api" != result.data.get("source")
     md = _markdown([api])
-    assert "--repeats" not in md and "run the script" in md
+    # the script's replicates: mlb attach --repeats (no code change), or pooled runs
+    assert "measure with --repeats" not in md and "mlb attach --repeats" in md
+    assert "run the script" in md
     assert "the library API" in _headline(md) and "`mlb throughput" not in _headline(md)
     model = '"model": "' + str(result.config["workload"]["model"]) + '"'
     lightning = tmp_path / f"lightning-{name}"
     text = api.read_text(encoding="utf-8").replace(model, '"model": "lightning:demo.Net"')
     lightning.write_text(text, encoding="utf-8")
     md = _markdown([lightning])
-    assert "--repeats" not in md and "the Lightning callback (`demo.Net`)" in _headline(md)
+    assert "measure with --repeats" not in md
+    assert "the Lightning callback (`demo.Net`)" in _headline(md)
+    attach = tmp_path / f"attach-{name}"  # mlb attach has --repeats of its own
+    attach.write_text(api.read_text(encoding="utf-8").replace('"api"', '"attach"', 1))
+    md = _markdown([attach])
+    assert "measure with mlb attach --repeats" in md and "pool_results" not in md
+    assert "`mlb attach`" in _headline(md) and "the library API" not in _headline(md)
 
 
 def test_two_results_are_labelled_by_file(tmp_path):
