@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from mlbaseline import yamlread
+from mlbaseline.config_cost import CostConfig
 from mlbaseline.errors import ConfigError
 from mlbaseline.redact import redact_tree
 from mlbaseline.yamlread import read_mapping
@@ -390,6 +391,7 @@ class Config:
     compare: CompareConfig = field(default_factory=CompareConfig)
     env_check: EnvCheckConfig = field(default_factory=EnvCheckConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -33,6 +33,7 @@ LAYERS = {
     "formatting": 0,
     "stats": 0,
     "config": 0,
+    "config_cost": 0,
     "yamlread": 0,
     "results": 0,
     "safewrite": 0,
@@ -58,6 +59,7 @@ NO_TORCH = (
     "formatting",
     "comparison",
     "config",
+    "config_cost",
     "errors",
     "redact",
 )

@@ -12,10 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlbaseline.cli.common import CommonOptions, Notes, Ui, command, compact_table, execute
+from mlbaseline.comparison.cost import compare_cost_lines
 from mlbaseline.config import Config
 from mlbaseline.report import comparison as cmp
 from mlbaseline.results import Result
-from mlbaseline.runners.compare_files import run_compare
+from mlbaseline.runners.compare_files import load_pair, run_compare
 from mlbaseline.safewrite import write_text
 
 # --allow KEY, one spelling and help for `mlb compare`, `mlb history gate`, `mlb report --compare`
@@ -242,6 +243,9 @@ def compare_command(common: CommonOptions, o: CompareOptions) -> None:
 
     def render(result: Result, ui: Ui) -> None:
         _show(result.data, ui)
+        if not ui.quiet:  # cost per 1k samples where a price is set (never invented)
+            for line in compare_cost_lines(*load_pair(o.old, o.new), result.config.get("cost")):
+                ui.print(f"[dim]{escape(line)}[/dim]")
         if o.markdown is not None:
             write_text(o.markdown, cmp.render_markdown(result.data), force=common.force)
             ui.print(f"[dim]markdown written to {o.markdown}[/dim]")
