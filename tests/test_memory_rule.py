@@ -224,6 +224,7 @@ def test_history_check_finds_a_memory_step_as_a_change_point(tmp_path, store):
         assert cp["run"]["id"] == 8 and cp["status"] == "confirmed", cp
         assert cp["direction"] == "regression" and cp["ci_low"] > 0.05
     assert doc[f"{GROUP}.step"]["change_points"] == []  # time did not move
+    assert all(doc[n]["outliers"] == [] for n in doc if ".mem." in n)  # a few pages: no spike
 
 
 def test_history_check_leaves_memory_steps_inside_the_band_out(tmp_path, store):
@@ -235,6 +236,18 @@ def test_history_check_leaves_memory_steps_inside_the_band_out(tmp_path, store):
     doc = json.loads(res.stdout)["series"]
     memory = [s for s in doc if ".mem." in s["metric"]]
     assert len(memory) == 5 and all(s["change_points"] == [] for s in memory), memory
+
+
+def test_history_check_reports_a_one_run_memory_spike_as_an_outlier(tmp_path, store):
+    files = _history(tmp_path, 12, None)
+    spike = result(processes=2, activations=192 * MIB, spread=1e-4, seed=99)
+    spike.created_at = "2026-01-01T00:05:30.000000Z"  # between runs 5 and 6
+    files.append(write_result(spike, tmp_path / "spike.json"))
+    assert runner.invoke(app, ["history", "add", *map(str, files)]).exit_code == 0
+    res = runner.invoke(app, ["history", "check", "--json", "--metric", f"{GROUP}.mem.forward"])
+    (row,) = json.loads(res.stdout)["series"]
+    assert row["change_points"] == [] and len(row["outliers"]) == 1, row
+    assert row["outliers"][0]["run"]["path"] == str((tmp_path / "spike.json").resolve())
 
 
 def test_history_gate_judges_memory_by_the_same_rule(tmp_path, store):

@@ -8,7 +8,8 @@ range) so that `mlb history check` can name the run and the stage that moved.
 
 Memory series (role ``memory``: peak bytes, the bytes a stage holds) get change points like
 time series. Memory is nearly deterministic, so a step the test finds can be a few pages: a
-step smaller than ``compare.memory_threshold`` (the band of the memory rule) is not reported.
+step (or a one-run spike) smaller than ``compare.memory_threshold`` (the band of the memory
+rule) is not reported.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mlbaseline.history.record import MetricSummary
 from mlbaseline.history.store import Entry
@@ -104,6 +107,19 @@ def _below_band(cp: Any, series: Series, memory_threshold: float) -> bool:
     return series.memory and math.isfinite(rel) and abs(rel) < memory_threshold
 
 
+def _spike_below_band(index: int, series: Series, memory_threshold: float) -> bool:
+    """A memory run off its nearer neighbours (3 runs each side) by less than the band: its
+    noise is a few pages, so a robust score can call a trivial difference a spike."""
+    if not series.memory:
+        return False
+    x = series.medians
+    value = x[index]
+    sides = [x[max(0, index - 3) : index], x[index + 1 : index + 4]]
+    centres = [float(np.median(side)) for side in sides if side]
+    off = [abs(value / c - 1.0) for c in centres if c > 0]
+    return bool(off) and min(off) < memory_threshold
+
+
 def check_series(
     series: Series,
     *,
@@ -135,7 +151,11 @@ def check_series(
                 "commit_range": [last_before.git.commit, first.git.commit],
             }
         )
-    outliers = [{**o.to_dict(), "run": _run(pts[o.index].entry)} for o in det.outliers]
+    outliers = [
+        {**o.to_dict(), "run": _run(pts[o.index].entry)}
+        for o in det.outliers
+        if not _spike_below_band(o.index, series, memory_threshold)
+    ]
     return check_row(series, det.method, changes, outliers)
 
 
