@@ -6,6 +6,9 @@ the sittings, then judged by :func:`mlbaseline.comparison.compare_results` — t
 compare`, not a second one. Pooled that way, the spread *between* the K sittings is the
 measured between-process noise the comparison's threshold and its in-process rule use (see
 :mod:`mlbaseline.comparison.noise`), so a change has to stand out of the history's own noise.
+Memory metrics are gated by the same judge's memory rule (:mod:`mlbaseline.comparison.memory`):
+the spread of the K sittings' medians widens its CI, and a regression fails the gate like a
+time's, with the stage whose held memory moved named.
 
 The fingerprint holds the workload identity, so the K baselines are always one workload. With
 `--allow KEY` the series is that of the newest earlier record equal to NEW on every blocking key
