@@ -163,3 +163,15 @@ def test_compare_shows_cost_only_when_a_price_is_set(tmp_path: Path):
     assert priced.exit_code == 0, priced.stdout + priced.stderr
     shown = " ".join((priced.stdout + priced.stderr).split())  # the terminal wraps at 80
     assert "cost per 1k samples, train.bs16: 0.00500 [0.00400, 0.00556] → 0.0100" in shown
+
+
+def test_the_price_is_outside_the_config_hash():
+    """What the machine costs does not change what was measured: same hash, same series."""
+    from mlbaseline.history.record import config_hash
+    from mlbaseline.report.data import config_hash as report_hash
+
+    a = Result(kind="throughput", config=resolve(None, "demo").to_dict())
+    b = Result(kind="throughput", config=resolve(None, "demo", {"cost.per_hour": 9.0}).to_dict())
+    assert config_hash(a) == config_hash(b) and report_hash(a) == report_hash(b)
+    c = Result(kind="throughput", config=resolve(None, "demo", {"golden.seed": 1}).to_dict())
+    assert config_hash(a) != config_hash(c)

@@ -267,10 +267,13 @@ def summarize_metric(metric: Metric, noise: Mapping[str, Any] | None) -> MetricS
     )
 
 
+UNMEASURED = ("history", "cost")  # config sections outside the config hash
+
+
 def config_hash(result: Result) -> str:
-    """The hash of the resolved config the result ran (its `history` section left out: where a
-    result is stored does not change what was measured)."""
-    return canonical_hash({k: v for k, v in (result.config or {}).items() if k != "history"})
+    """The hash of the resolved config the result ran (its `history` and `cost` sections left
+    out: where a result is stored and what the machine costs do not change what was measured)."""
+    return canonical_hash({k: v for k, v in (result.config or {}).items() if k not in UNMEASURED})
 
 
 def stored_body(body: bytes) -> bytes:

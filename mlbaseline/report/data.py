@@ -217,9 +217,9 @@ def replicate_medians(metric: Metric) -> list[float]:
 
 def config_hash(result: Result) -> str:
     """The hash `mlb history show` gives for this result's config (history.record.config_hash:
-    SHA-256 of its canonical JSON, the `history` section left out). Computed here because the
-    report sits beside, not above, the history layer; a test keeps the two equal."""
-    body = {k: v for k, v in (result.config or {}).items() if k != "history"}
+    SHA-256 of its canonical JSON, the `history` and `cost` sections left out). Computed here
+    because the report sits beside, not above, the history layer; a test keeps the two equal."""
+    body = {k: v for k, v in (result.config or {}).items() if k not in ("history", "cost")}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
