@@ -1,0 +1,310 @@
+"""`mlb attach`: a few real runs of tiny scripts (fresh interpreters), and the child's sink and
+the parent's pieces without a process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlbaseline.config import resolve
+from mlbaseline.measure.hooks import HookStep
+from mlbaseline.results import load_result
+from mlbaseline.runners import attach, attach_child
+
+# fast stop rule: a tiny model's steps, stable at a loose tolerance after a short warm-up
+FAST = """\
+throughput:
+  min_time_s: 0
+  min_steps: 6
+  window: 4
+  stability_windows: 2
+  stability_tolerance: 0.5
+  warmup_min: 2
+  warmup_max: 10
+  max_time_s: 30
+  telemetry: false
+"""
+SCRIPT = '''\
+"""A plain DataLoader loop: a tiny MLP on random data."""
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100000
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=4)
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss_fn = nn.CrossEntropyLoss()
+print("script: starting")
+done, epoch = 0, 0
+while done < steps:
+    epoch += 1
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        done += 1
+        if done == steps:
+            break
+    print(f"epoch {epoch} loss {loss.item():.3f}", file=sys.stderr)
+print(f"script: trained {done} steps")
+'''
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    """mlb's history and scratch folders inside the test's folder."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    history = str(tmp_path / "history.sqlite")
+    return {**os.environ, "MLB_HISTORY": history, "TMPDIR": str(tmp_path / "tmp")}
+
+
+def _mlb(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    run = subprocess.run(
+        [sys.executable, "-m", "mlbaseline", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        timeout=timeout,
+    )
+    assert not list((tmp_path / "tmp").glob("mlb-*")), "a scratch folder was left behind"
+    return run
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "fast.yaml").write_text(FAST)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    return tmp_path
+
+
+def test_attach_measures_a_plain_script_leaving_its_output_alone(project: Path) -> None:
+    run = _mlb(
+        project, "attach", "-c", "fast.yaml", "-o", "a.json", "--", sys.executable, "train.py"
+    )
+    assert run.returncode == 0, run.stderr
+    # the script's stdout is exactly its own: stopped after the stop rule (SIGINT), so it
+    # never printed its last line, and mlb printed nothing there
+    assert run.stdout == "script: starting\n"
+    result = load_result(project / "a.json", ["throughput"])
+    assert result.data["source"] == "attach"
+    block = result.data["attach"]
+    assert block["script"] == "train.py" and len(block["script_sha256"]) == 64
+    assert block["then"] == "stop" and block["ended"].startswith("stopped by SIGINT")
+    assert (block["boundary"], block["micro_batches"]) == ("optimizer", 1)
+    step = result.measurements["train.bs4.step"]
+    assert len(step.values) >= 6
+    stages = ("data_wait", "forward", "loss", "backward", "optimizer")
+    assert all(sum(result.measurements[f"train.bs4.{s}"].values) > 0 for s in stages)
+    assert "recorded in the history" in run.stderr
+    # another command reads it as any throughput result
+    compare = _mlb(project, "compare", "a.json", "a.json", "--no-history")
+    assert compare.returncode in (0, 1), compare.stderr
+
+
+def test_repeats_pool_fresh_processes_and_continue_lets_the_script_finish(project: Path) -> None:
+    opts = ["-c", "fast.yaml", "--repeats", "2", "--then", "continue", "--json", "b.json"]
+    run = _mlb(project, "attach", *opts, "--no-history", "--", sys.executable, "train.py", "120")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("script: trained 120 steps\n") == 2  # each process trained on
+    result = load_result(project / "b.json", ["throughput"])
+    step = result.measurements["train.bs4.step"]
+    assert set(step.replicate or []) == {0, 1}
+    assert result.data["repeats"] == 2
+    assert "train.bs4.step" in result.data["noise"]
+    block = result.data["attach"]
+    assert block["then"] == "continue" and block["exit_codes"] == [0, 0]
+    assert block["ended"] == "trained on unmeasured to its end (exit code 0)"
+
+
+def test_a_script_that_never_steps_is_killed_after_the_first_step_timeout(project: Path) -> None:
+    (project / "idle.py").write_text("import time\ntime.sleep(120)\n")
+    opts = ["--first-step-timeout", "0.5", "--no-history"]
+    run = _mlb(project, "attach", *opts, "--", sys.executable, "idle.py", timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().endswith(
+        "Error: no training step seen in 0.5 s (is this a training script?)"
+    )
+
+
+def test_sigterm_to_mlb_stops_the_script_and_leaves_no_scratch(project: Path) -> None:
+    (project / "idle.py").write_text(
+        "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(120)\n"
+    )
+    cmd = [sys.executable, "-m", "mlbaseline", "attach", "--no-history", "--grace-s", "5"]
+    with subprocess.Popen(
+        [*cmd, "--", sys.executable, "idle.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=project,
+        env=_env(project),
+    ) as mlb:
+        assert mlb.stdout is not None
+        script_pid = int(mlb.stdout.readline())  # the script runs
+        mlb.send_signal(signal.SIGTERM)
+        _, err = mlb.communicate(timeout=60)
+    assert mlb.returncode == 143
+    assert err.strip().endswith("Error: interrupted (SIGTERM)")
+    with pytest.raises(ProcessLookupError):
+        os.kill(script_pid, 0)
+    assert not list((project / "tmp").glob("mlb-*"))
+
+
+def test_a_script_that_fails_gives_its_exit_code_and_last_stderr_lines(project: Path) -> None:
+    (project / "bad.py").write_text(
+        "import sys\nprint('out line')\nprint('loading data', file=sys.stderr)\n"
+        "sys.exit('no such file: data.csv')\n"
+    )
+    run = _mlb(project, "attach", "--no-history", "--", sys.executable, "bad.py", timeout=60)
+    assert run.returncode == 2
+    assert run.stdout == "out line\n"
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: the script exited with code 1")
+    assert "loading data | no such file: data.csv" in last
+
+
+def test_the_options_of_the_script_are_its_own(project: Path) -> None:
+    run = _mlb(project, "attach", "--show-config", sys.executable, "train.py", "--lr", "3")
+    assert run.returncode == 0, run.stderr  # --lr went to the script, not to mlb
+
+
+# ---------------------------------------------------------------- without a process
+
+
+def _steps(n: int, total: float = 0.01) -> list[HookStep]:
+    stages = {"data_wait": 0.001, "h2d": 0.0, "forward": 0.003, "loss": 0.001}
+    stages |= {"backward": 0.003, "optimizer": 0.001}
+    return [HookStep(total, dict(stages), 0.0, 2, 16, "optimizer", 8) for _ in range(n)]
+
+
+def test_the_measuring_sink_writes_the_result_once_the_stop_rule_is_met(tmp_path: Path) -> None:
+    (tmp_path / "fast.yaml").write_text(FAST)
+    cfg = resolve(tmp_path / "fast.yaml")
+    events: list[dict[str, Any]] = []
+    meta = {"command": ["python", "t.py"], "script": "t.py", "then": "stop"}
+    sink = attach_child.MeasureSink(cfg, events.append, tmp_path / "r.json", meta)
+    for step in _steps(200):
+        sink.on_step(step)
+        if sink.done:
+            break
+    assert [e["event"] for e in events] == ["first_step", "measuring", "done"]
+    assert not events[-1]["partial"]
+    result = load_result(tmp_path / "r.json", ["throughput"])
+    assert result.data["attach"]["micro_batches"] == 2
+    assert result.data["batch_sizes"]["8"]["stop_reason"] == "stable"
+    assert result.config["workload"]["grad_accum"] == 2
+    assert result.measurements["train.bs8.samples_per_s"].values[0] == pytest.approx(1600)
+    assert result.measurements["train.bs8.residual"].values[0] == pytest.approx(0.001)
+    sink.on_step(_steps(1)[0])  # after done: nothing more
+    assert len(events) == 3
+
+
+def test_a_script_that_ends_early_gives_the_steps_it_ran(tmp_path: Path) -> None:
+    cfg = resolve(None)
+    events: list[dict[str, Any]] = []
+    sink = attach_child.MeasureSink(cfg, events.append, tmp_path / "r.json", {"command": []})
+    for step in _steps(5):
+        sink.on_step(step)
+    sink.close()
+    assert events[-1]["event"] == "done" and events[-1]["partial"]
+    result = load_result(tmp_path / "r.json", ["throughput"])
+    assert result.data["batch_sizes"]["8"]["stop_reason"] == attach_child.ENDED
+    none: list[dict[str, Any]] = []
+    attach_child.MeasureSink(cfg, none.append, tmp_path / "x.json", {}).close()
+    assert none == [{"event": "error", "message": "no training step seen"}]
+
+
+def test_boot_takes_the_protocol_out_of_the_environment() -> None:
+    env = {
+        attach_child.MODE: "measure",
+        attach_child.PYTHONPATH: "/the/scripts/own",
+        attach_child.OUT: "/tmp/r.json",
+        "PYTHONPATH": "/scratch:/the/scripts/own",
+        "HOME": "/home/u",
+    }
+    seen: list[Any] = []
+    hook = attach_child.after_import
+    attach_child.after_import = lambda name, cb: seen.append(name)  # type: ignore[assignment]
+    try:
+        attach_child.boot(env)
+    finally:
+        attach_child.after_import = hook  # type: ignore[assignment]
+    assert env == {"PYTHONPATH": "/the/scripts/own", "HOME": "/home/u"}
+    assert seen == ["torch"]
+
+
+def test_after_import_calls_back_now_for_a_module_already_imported() -> None:
+    called: list[int] = []
+    attach_child.after_import("json", lambda: called.append(1))
+    assert called == [1]
+
+
+def test_child_env_puts_the_boot_folder_first(tmp_path: Path) -> None:
+    env = attach.child_env(tmp_path, "turns", 7, 8, base={"PYTHONPATH": "/own", "X": "1"})
+    assert env["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/own"
+    assert env[attach_child.PYTHONPATH] == "/own"
+    assert (env[attach_child.MODE], env[attach_child.STATUS_FD]) == ("turns", "7")
+    assert env[attach_child.CONTROL_FD] == "8" and env["X"] == "1"
+    attach.write_boot(tmp_path)
+    assert "attach_child import boot" in (tmp_path / "sitecustomize.py").read_text()
+    assert (tmp_path / "mlbaseline" / "runners" / "attach_child.py").is_file()
+
+
+def test_script_facts_names_the_script_and_hashes_it(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("print(1)\n")
+    facts = attach.script_facts(["python3", "-X", "dev", "-u", "t.py", "--lr", "3"], tmp_path)
+    assert facts["script"] == "t.py" and len(facts["script_sha256"]) == 64
+    assert attach.script_facts(["python", "-m", "pkg.train"])["script"] == "-m pkg.train"
+    assert attach.script_facts(["./run.sh"], tmp_path)["script_sha256"] is None
+
+
+def test_stderr_tee_passes_everything_on_and_keeps_the_last_lines() -> None:
+    read, write = os.pipe()
+    out: list[bytes] = []
+    with os.fdopen(read, "rb") as stream:
+        tee = attach.StderrTee(stream, out.append)
+        os.write(
+            write,
+            textwrap.dedent("""\
+            line 1
+            progress 10%\rprogress 100%
+            """).encode()
+            + b"".join(f"l{i}\n".encode() for i in range(30))
+            + b"last",
+        )
+        os.close(write)
+        tail = tee.tail()
+    assert b"".join(out).startswith(b"line 1\nprogress 10%\rprogress 100%\n")
+    assert tail[-2:] == ["l29", "last"] and len(tail) == attach.TAIL_LINES
+
+
+def test_status_reader_reads_json_lines() -> None:
+    read, write = os.pipe()
+    reader = attach.StatusReader(read)
+    os.write(write, b'{"event":"first_step"}\n{"event":"done","res')
+    assert reader.events(1.0) == [{"event": "first_step"}]
+    os.write(write, b'ult":"r.json"}\nnot json\n')
+    assert reader.events(1.0) == [{"event": "done", "result": "r.json"}]
+    os.close(write)
+    assert reader.events(1.0) == [] and reader.closed
+    os.close(read)
+
+
+def test_a_then_that_does_not_exist_is_refused() -> None:
+    from mlbaseline.errors import UsageError
+
+    with pytest.raises(UsageError, match="--then: 'later'"):
+        attach.run_attach(resolve(None), attach.AttachOptions(["python"], then="later"))
