@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from mlbaseline.formatting import with_ci
 from mlbaseline.report.figures_memory import (
     PeakSeries,
     draw_memory,
@@ -278,6 +279,31 @@ def test_energy_table_in_the_section(golden):
     rows = {r[0]: r[1:] for r in _table(section)[1:]}
     assert rows["training, batch 16"][0].startswith("32.0 [")
     assert rows["training, batch 16"][2] == "5"  # windows
+
+
+# ---------------------------------------------------------------- cost
+
+
+def test_cost_rows_when_a_price_is_set_with_the_ci_of_samples_per_s_swapped(golden):
+    assert "cost" not in _section(_markdown(golden), HEADLINE)
+    assert "**Cost:** not shown: no price set (`cost.per_hour`)" in _markdown(golden)
+    r = copy.deepcopy(golden)
+    r.config["cost"] = {"per_hour": 3600.0, "currency": "EUR"}  # 1 EUR a second
+    md = _markdown(r)
+    rate = r.data["batch_sizes"]["8"]["train"]["samples_per_s"]
+    per_1k = with_ci(1e3 / rate["median"], 1e3 / rate["ci_high"], 1e3 / rate["ci_low"])
+    epoch = with_ci(256 / rate["median"], 256 / rate["ci_high"], 256 / rate["ci_low"])
+    rows = {row[0]: row[1] for row in _table(_section(md, HEADLINE)) if len(row) == 2}
+    assert rows["cost, training step, batch 8"] == (
+        f"{per_1k} EUR per 1k samples; {epoch} EUR per epoch (256 samples), "
+        "at 3,600 EUR/h (cost.per_hour)"
+    )
+    assert not any(k.startswith("cost, inference") for k in rows)  # the section has those
+    section = _section(md, MEMORY_HEADING)
+    assert "**Cost** at 3,600 EUR/h (cost.per_hour):" in section
+    table = {row[0]: row[1:] for row in _table(section.split("**Cost**", 1)[1])[1:]}
+    assert table["training, batch 8"] == [f"{per_1k} EUR", f"{epoch} EUR"]
+    assert table["inference, batch 8"][1] == "–"  # an epoch is a training figure
 
 
 # ---------------------------------------------------------------- the written report

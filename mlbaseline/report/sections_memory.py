@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from mlbaseline.comparison.cost import cost_figures, price_for
+from mlbaseline.formatting import number as num
 from mlbaseline.formatting import size, with_ci
 from mlbaseline.report.context import ReportContext, figure, not_measured, table
 from mlbaseline.report.data import estimate, groups
@@ -268,6 +270,54 @@ def energy_not_measured(results: Sequence[Result]) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
+# ---------------------------------------------------------------- cost
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One throughput result's cost figures (comparison.cost.cost_figures) and its label."""
+
+    label: str
+    figures: Mapping[str, Any]  # per_hour, currency, epoch, rows: group, per_1k_samples, …
+    source: str  # where the price came from: "cost.per_hour", "cost.per_hour_by_gpu['H100']"
+
+    def money(self, x: Mapping[str, Any] | None) -> str:
+        """'0.0123 [0.0110, 0.0140] USD', or '–'."""
+        if not x or x.get("value") is None:
+            return "–"
+        return f"{with_ci(x['value'], x['ci_low'], x['ci_high'])} {self.figures['currency']}"
+
+    @property
+    def price(self) -> str:
+        return f"{num(self.figures['per_hour'], 3)} {self.figures['currency']}/h ({self.source})"
+
+
+def priced(ctx: ReportContext) -> list[Priced]:
+    """The throughput results a price applies to (each its own config's `cost` section, the
+    price its run was configured with), with their cost figures; none is ever invented."""
+    out = []
+    for r, label in kind_labels(ctx, lambda r: r.kind == "throughput"):
+        price = price_for(r, (r.config or {}).get("cost"))
+        figures = cost_figures(r, price[0], price[1]) if price is not None else None
+        if price is not None and figures is not None:
+            out.append(Priced(label, figures, price[2]))
+    return out
+
+
+def _cost_part(ctx: ReportContext) -> list[str]:
+    found = priced(ctx)
+    if not found:
+        return ["**Cost:** not shown: no price set (`cost.per_hour`), and none is invented.", ""]
+    lines = []
+    for p in found:
+        rows = [[group_name(row["group"], p.label), p.money(row["per_1k_samples"]),
+                 p.money(row["per_epoch"])] for row in p.figures["rows"]]  # fmt: skip
+        epoch = f"per epoch ({p.figures['epoch']}) [95% CI]"
+        lines += [f"**Cost** at {p.price}:", ""]
+        lines += table(["cost", "per 1k samples [95% CI]", epoch], rows)
+    return [*lines, f"Cost = {found[0].figures['method']}.", ""]
+
+
 # ---------------------------------------------------------------- the section
 
 _PEAK_HEADER = {"cuda": "peak allocated", "cpu": "peak RSS"}
@@ -372,8 +422,8 @@ def _energy_part(ctx: ReportContext) -> list[str]:
 
 
 def section_memory(ctx: ReportContext) -> list[str]:
-    """`## Memory and energy`: the memory table and figure, then energy (and cost when set)."""
-    return [MEMORY_HEADING, "", *_memory_part(ctx), *_energy_part(ctx)]
+    """`## Memory and energy`: the memory table and figure, energy, then cost (when set)."""
+    return [MEMORY_HEADING, "", *_memory_part(ctx), *_energy_part(ctx), *_cost_part(ctx)]
 
 
 __all__ = [
@@ -381,9 +431,11 @@ __all__ = [
     "Capacity",
     "EnergyGroup",
     "MemoryGroup",
+    "Priced",
     "capacities",
     "capacity_of",
     "energy_groups",
     "memory_groups",
+    "priced",
     "section_memory",
 ]
