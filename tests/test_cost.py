@@ -14,6 +14,7 @@ from mlbaseline.comparison.cost import (
     cost_figures,
     cost_lines,
     energy_figures,
+    energy_lines,
     price_for,
 )
 from mlbaseline.config import resolve
@@ -175,3 +176,25 @@ def test_the_price_is_outside_the_config_hash():
     assert config_hash(a) == config_hash(b) and report_hash(a) == report_hash(b)
     c = Result(kind="throughput", config=resolve(None, "demo", {"golden.seed": 1}).to_dict())
     assert config_hash(a) != config_hash(c)
+
+
+def test_energy_lines_say_the_figure_or_why_there_is_none():
+    r = throughput()
+    meta = {"role": "energy", "group": "train.bs16", "source": "rapl", "window_s": 1.25}
+    r.add_metric(Metric("train.bs16.energy_per_step", "J", False, [5.0] * 3, meta=meta))
+    r.add_metric(Metric("train.bs16.energy_per_sample", "J", False, [0.3125] * 3, meta=meta))
+    assert energy_lines(r) == [
+        "energy train.bs16: 5.00 [5.00, 5.00] J/step, 0.312 [0.312, 0.312] J/sample "
+        "(rapl, 3 windows of >= 1.25 s)"
+    ]
+    none = throughput()
+    none.data["energy"] = {"measured": False, "reason": "RAPL absent: no zone"}
+    assert energy_lines(none) == ["energy: not measured: RAPL absent: no zone"]
+    short = throughput()
+    short.data["energy"] = {
+        "measured": True,
+        "source": "nvml-counter",
+        "batch_sizes": {"16": {"windows": [], "reason": "too few measured steps"}},
+    }
+    assert energy_lines(short) == ["energy train.bs16: no figure: too few measured steps"]
+    assert energy_lines(throughput()) == []  # a result from before energy was measured

@@ -192,6 +192,32 @@ def energy_figures(result: Result, confidence: float = 0.95) -> list[dict[str, A
     return out
 
 
+def energy_lines(result: Result) -> list[str]:
+    """One line per group with energy figures, or the one line saying why none was measured
+    (the result's `data.energy`); empty for a result that predates energy measurement."""
+    out = []
+    for row in energy_figures(result):
+        parts = [
+            f"{_ci_text(row[key])} J/{key.removeprefix('per_')}"
+            for key in ("per_step", "per_sample")
+            if key in row
+        ]
+        window = number(row["window_s"], 3) if row.get("window_s") is not None else "?"
+        out.append(
+            f"energy {row['group']}: {', '.join(parts)} ({row['source']}, {row['windows']} "
+            f"windows of >= {window} s)"
+        )
+    block = (result.data or {}).get("energy")
+    if not isinstance(block, dict):
+        return out
+    if not out and block.get("reason"):
+        out.append(f"energy: not measured: {block['reason']}")
+    for key, entry in (block.get("batch_sizes") or {}).items():
+        if entry.get("reason"):  # measured, but no window of this size gave a figure
+            out.append(f"energy train.bs{key}: no figure: {entry['reason']}")
+    return out
+
+
 __all__ = [
     "METHOD",
     "compare_cost_lines",
@@ -199,6 +225,7 @@ __all__ = [
     "cost_lines",
     "dataset_samples",
     "energy_figures",
+    "energy_lines",
     "machine_name",
     "price_for",
 ]
