@@ -223,7 +223,7 @@ def resource_rows(ctx: ReportContext) -> list[list[str]]:
             if row["per_epoch"] is not None:
                 cell += f"; {p.money(row['per_epoch'])} per epoch ({p.figures['epoch']})"
             what = group_name(row["group"], p.label).replace("training", "training step")
-            rows.append([f"cost, {what}", f"{cell}, at {p.price}"])
+            rows.append([f"cost at {p.rate}, {what}", cell])
     return rows
 
 

@@ -288,8 +288,14 @@ class Priced:
         return f"{with_ci(x['value'], x['ci_low'], x['ci_high'])} {self.figures['currency']}"
 
     @property
+    def rate(self) -> str:
+        """'2.50 USD/h'."""
+        return f"{num(self.figures['per_hour'], 3)} {self.figures['currency']}/h"
+
+    @property
     def price(self) -> str:
-        return f"{num(self.figures['per_hour'], 3)} {self.figures['currency']}/h ({self.source})"
+        """'2.50 USD/h (cost.per_hour)': the rate and where it was set."""
+        return f"{self.rate} ({self.source})"
 
 
 def priced(ctx: ReportContext) -> list[Priced]:
