@@ -179,6 +179,8 @@ def test_cli_compare_fails_on_a_memory_regression(tmp_path: Path):
     )
     assert res.exit_code == 1, res.output
     assert "memory regressed" in res.output and "forward moved most" in res.output
+    assert "forward ◀" in res.stderr  # the stages' held memory, the one named marked
+    assert all(len(line) <= 80 for line in res.stderr.splitlines()), res.stderr
     saved = load_result(out)  # the document's schema accepts the memory rows and groups
     assert saved.data["memory"][0]["named"] == "forward"
     md = shown.render_markdown(saved.data)

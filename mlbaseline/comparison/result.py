@@ -56,6 +56,8 @@ def verdict_text(m: Mapping[str, Any]) -> str:
     """'regressed +6.0% [4.9, 7.1], p=<0.001' / 'inconclusive (MDE 4.2%, ~120 samples/side)'."""
     ci = _interval_pct([_minus1(m["ci_low"]), _minus1(m["ci_high"])])
     text = f"{m['verdict']} {_pct(m['change'])} {ci}, p(adj.)={p_value(m['p_adjusted'])}"
+    if m.get("test") == "memory":  # no test: the CI against the memory band (comparison.memory)
+        text = f"{m['verdict']} {_pct(m['change'])} {ci} (memory rule)"
     if m.get("reason"):  # no verdict of its own: one process a side, or its step did not move
         return f"{text} ({m['reason']})"
     if m["verdict"] == "inconclusive" and m.get("samples_needed"):
