@@ -383,3 +383,49 @@ def test_batch_of_a_sequence_first_model_reads_its_batch_dimension() -> None:
     assert hooks.batch_of(LM(), (torch.zeros(35, 20, 4),), {}) == 20
     assert hooks.batch_of(torch.nn.Linear(4, 4), (torch.zeros(16, 4),), {}) == 16
     assert hooks.batch_of(torch.nn.Linear(4, 4), (), {"input_ids": torch.zeros(8, 3)}) == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_stages_are_device_time_read_without_synchronizing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Slow(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.cuda._sleep(60_000_000)  # device-side: the host returns at once
+            return self.fc(x)
+
+    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        torch.cuda._sleep(20_000_000)
+        return torch.nn.functional.cross_entropy(out, y)
+
+    model = Slow().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    sink = Sink()
+    h = hooks.install(sink)
+    syncs: list[int] = []
+    real_sync = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(1) or real_sync(*a))
+    try:
+        for _ in range(12):
+            loss = loss_fn(model(x.cuda()), y.cuda())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        assert syncs == []  # nothing in the loop waited for the device
+        model(x.cuda())
+        h.rec.flush(block=True)
+    finally:
+        h.uninstall()
+    assert h.rec.marker.kind == "cuda"
+    steps = sink.steps[2:]
+    assert len(steps) >= 8
+    ratios = [s.stages["forward"] / s.stages["loss"] for s in steps]
+    assert 2.5 < sorted(ratios)[len(ratios) // 2] < 3.5
+    assert all(s.stages["h2d"] > 0 for s in steps)
+    assert all(abs(s.residual_s) < 0.1 * s.total_s for s in steps)

@@ -136,11 +136,15 @@ class CudaMarker:
         import torch
 
         self._event = torch.cuda.Event
+        self._free: list[Any] = []  # events read already: recorded again, not created anew
 
     def mark(self) -> Any:
-        event = self._event(enable_timing=True)
+        event = self._free.pop() if self._free else self._event(enable_timing=True)
         event.record()
         return event
+
+    def release(self, marks: list[Any]) -> None:
+        self._free.extend(marks)
 
     def ready(self, mark: Any) -> bool:
         return bool(mark.query())
@@ -229,6 +233,7 @@ class Recorder:
             return
         self.marker, self._last, self._step = marker, None, _Step()
         self._pending = None
+        self._queue.clear()  # marks of the old clock: this one cannot read them
 
     @property
     def busy(self) -> bool:
@@ -327,7 +332,11 @@ class Recorder:
                     return
                 self.marker.wait(last)
             self._queue.popleft()
-            self.sink.on_step(self._resolve(closed))
+            record = self._resolve(closed)
+            release = getattr(self.marker, "release", None)
+            if release is not None:  # the step's last mark begins the next step: kept
+                release([seg.a for seg in closed.segs])
+            self.sink.on_step(record)
 
     # ------------------------------------------------------------ cutting
 
