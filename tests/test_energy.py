@@ -417,3 +417,36 @@ def test_real_nvml_counter_moves_over_a_second_of_cuda_work():
         assert 10.0 < watts < 2000.0  # a busy GPU draws tens to hundreds of watts
     finally:
         probe.close()
+
+
+# ---------------------------------------------------------------- compared like time
+
+
+def _energy_result(rng, step_factor: float, energy_factor: float):
+    from mlbaseline.results import Metric, Result
+
+    r = Result(kind="throughput")
+    rep = [i % 8 for i in range(40)]
+    step = 0.05 * step_factor * rng.lognormal(0.0, 0.01, 40)
+    meta = {"group": "train.bs8", "role": "total", "stages": []}
+    r.add_metric(Metric("train.bs8.step", "s", False, step, replicate=rep, meta=meta))
+    joules = 6.0 * energy_factor * rng.lognormal(0.0, 0.01, 16)
+    meta = {"group": "train.bs8", "role": "energy", "source": "nvml-counter", "window_s": 1.0}
+    reps = [i % 8 for i in range(16)]
+    r.add_metric(Metric("train.bs8.energy_per_step", "J", False, joules, replicate=reps, meta=meta))
+    return r
+
+
+def test_energy_is_judged_like_time_in_compare():
+    import numpy as np
+
+    from mlbaseline.comparison import compare_results
+    from mlbaseline.config import CompareConfig
+
+    rng = np.random.default_rng(7)
+    c = compare_results(_energy_result(rng, 1, 1), _energy_result(rng, 1.3, 1.3), CompareConfig())
+    verdicts = {m.name: m.verdict for m in c.metrics}
+    assert verdicts["train.bs8.step"] == "regressed"
+    assert verdicts["train.bs8.energy_per_step"] == "regressed"
+    same = compare_results(_energy_result(rng, 1, 1), _energy_result(rng, 1, 1), CompareConfig())
+    assert {m.name: m.verdict for m in same.metrics}["train.bs8.energy_per_step"] != "regressed"
