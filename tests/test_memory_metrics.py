@@ -299,3 +299,21 @@ def test_phase_peak_on_the_fake_allocator():
     cuda.alloc(-10 * MIB)
     metric = phase.metric("latency.mem.peak", "latency")
     assert metric is not None and metric.values == [10 * MIB]
+
+
+def test_the_phase_meter_keeps_the_highest_step_peak(tmp_path):
+    """The per-step resets leave VmHWM at the last step's peak: the phase's peak is the highest
+    step peak folded in (absolute bytes, less the RSS at the phase's start)."""
+    from mlbaseline.measure.memory import RssMeter
+
+    class FixedRss(RssMeter):
+        def _rss(self) -> int:
+            return 100 * MIB
+
+    (tmp_path / "clear_refs").write_text("")
+    (tmp_path / "status").write_text("VmHWM:\t 122880 kB\n")  # the last step's peak: 120 MiB
+    meter = FixedRss(tmp_path)
+    meter.reset()
+    meter.fold(300 * MIB)  # an earlier step's peak
+    meter.fold(None)
+    assert meter.peak_bytes() == 200 * MIB
