@@ -198,3 +198,32 @@ def test_energy_lines_say_the_figure_or_why_there_is_none():
     }
     assert energy_lines(short) == ["energy train.bs16: no figure: too few measured steps"]
     assert energy_lines(throughput()) == []  # a result from before energy was measured
+
+
+def test_throughput_summary_shows_energy_status_and_cost_when_priced(tmp_path: Path, monkeypatch):
+    from mlbaseline.measure import energy
+
+    monkeypatch.setattr(energy, "POWERCAP", tmp_path / "absent")  # this host's RAPL or not
+    args = ["throughput", "--batch-sizes", "4", "--mode", "train", "--repeats", "1"]
+    sets = {
+        "workload.model": "workloads_slow:slow_model",
+        "workload.dataset": "workloads_slow:slow_dataset",
+        "workload.dataset_kwargs": "{n: 32}",
+        "workload.loss": "workloads_slow:SlowLoss",
+        "throughput.max_steps": "8",
+        "throughput.telemetry": "false",
+    }
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    plain = runner.invoke(app, [*args, "-o", str(tmp_path / "a.json")])
+    assert plain.exit_code == 0, plain.stdout + plain.stderr
+    shown = " ".join((plain.stdout + plain.stderr).split())
+    assert "energy: not measured: RAPL absent" in shown and "cost " not in shown
+    priced = runner.invoke(
+        app, [*args, "--set", "cost.per_hour=3.6", "-o", str(tmp_path / "b.json")]
+    )
+    assert priced.exit_code == 0, priced.stdout + priced.stderr
+    shown = " ".join((priced.stdout + priced.stderr).split())
+    assert (
+        "cost train.bs4: " in shown and "USD per 1k samples" in shown and "per epoch (32" in shown
+    )

@@ -27,6 +27,7 @@ from mlbaseline.cli.common import (
 )
 from mlbaseline.cli.helptext import choices
 from mlbaseline.cli.tables import StackTable
+from mlbaseline.comparison.cost import cost_lines, energy_lines
 from mlbaseline.config import Config
 from mlbaseline.documents.data_throughput import Data, Noise, PartSummary
 from mlbaseline.errors import UsageError
@@ -286,7 +287,8 @@ def print_summary(ui: Ui, result: Result) -> None:
     ui.print(summary_table(result))
     for line in share_lines(result):  # what dominates the step, not only in the report
         ui.print(escape(line))
-    for line in replicate_lines(result) + noise_lines(result) + compile_lines(result):
+    lines = replicate_lines(result) + noise_lines(result) + compile_lines(result)
+    for line in lines + energy_lines(result) + cost_lines(result):  # cost: where priced
         ui.print(f"[dim]{escape(line)}[/dim]")
     trace = trace_table(result)
     if trace is not None:
