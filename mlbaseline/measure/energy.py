@@ -22,6 +22,7 @@ between steps (the control kernel, the loop) included.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import os
@@ -157,8 +158,14 @@ class PowerPolling:
         return None
 
     def between_j(self, a: Mark, b: Mark) -> float | None:
-        points = power_points(list(self.sampler.rows), self.column)
-        return integrate_power(points, a.t_s, b.t_s, max_edge_s=1.5 * self.update_period_s)
+        # the rows are in time order: only those around the window (an hour of a run's
+        # timeline is tens of thousands of rows, read once per window)
+        rows, edge = self.sampler.rows, 1.5 * self.update_period_s
+        n = len(rows)  # the sampler thread may append meanwhile: a fixed snapshot
+        lo = bisect.bisect_left(rows, a.t_s - 2 * edge, 0, n, key=_t_s)
+        hi = bisect.bisect_right(rows, b.t_s + 2 * edge, 0, n, key=_t_s)
+        points = power_points(rows[lo:hi], self.column)
+        return integrate_power(points, a.t_s, b.t_s, max_edge_s=edge)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -166,6 +173,10 @@ class PowerPolling:
             "interval_s": self.update_period_s,
             "covers": "the whole GPU (every process on it), sampled power integrated",
         }
+
+
+def _t_s(row: dict[str, Any]) -> float:
+    return float(row["t_s"])
 
 
 def power_points(rows: Sequence[dict[str, Any]], column: str) -> list[tuple[float, float]]:
