@@ -350,7 +350,7 @@ def attach_once(
     tee = StderrTee(proc.stderr)
     try:
         seen = _watch(proc, StatusReader(status_r), options, on_event)
-        return _ending(proc, seen, options, tee, out)
+        return _ending(proc, seen, options, tee, out, on_event)
     except BaseException as exc:
         if isinstance(exc, Terminated):  # only mlb got it: pass it on
             with contextlib.suppress(ProcessLookupError):
@@ -370,6 +370,7 @@ def _ending(
     options: AttachOptions,
     tee: StderrTee,
     out: Path,
+    say: Callable[[str], None],
 ) -> ChildOutcome:
     """After the child's last word: stop it or let it run on, then its outcome (or the
     error that it gave no result)."""
@@ -381,20 +382,30 @@ def _ending(
         if code != 0:
             raise UsageError(f"the script exited with code {code}{_tail_text(tee)}")
         raise UsageError("no training step seen: the script ended (is this a training script?)")
-    if options.then == "continue" or seen.done.get("partial"):
+    if seen.done.get("partial"):
         code = proc.wait()
-        ended = (
-            "ended on its own before the stop rule was met"
-            if seen.done.get("partial")
-            else "trained on unmeasured to its end"
-        )
-        ended += f" (exit code {code})"
-        if code != 0 and seen.done.get("partial"):
+        if code != 0:
             raise UsageError(f"the script exited with code {code}{_tail_text(tee)}")
+        ended = f"ended on its own before the stop rule was met (exit code {code})"
+    elif options.then == "continue":
+        ended = _train_on(proc, options.grace_s)
     else:
+        say("stopping")
         ended = _stop(proc, options.grace_s)
     result = load_result(out, ["throughput"])
     return ChildOutcome(result, ended, proc.returncode, tee.tail())
+
+
+def _train_on(proc: subprocess.Popen[bytes], grace_s: float) -> str:
+    """--then continue: wait for the script's own end. Ctrl-C (or SIGTERM) stops it, and the
+    result, measured already, is kept."""
+    try:
+        return f"trained on unmeasured to its end (exit code {proc.wait()})"
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):  # only mlb got it: pass it on
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(exc.signum)
+        return f"trained on unmeasured until interrupted; {_stop(proc, grace_s)}"
 
 
 def _tail_text(tee: StderrTee, n: int = 3) -> str:
@@ -431,6 +442,8 @@ def run_attach(cfg: Config, options: AttachOptions, progress: Progress | None = 
                     words = {"first_step": "warm-up", "measuring": "measuring"}
                     if kind in words:
                         task.update(description=f"{label}: process {r + 1}, {words[kind]}")
+                    elif kind == "stopping":  # the script's KeyboardInterrupt follows
+                        progress.log("mlb attach: measured; stopping the script (SIGINT)")
 
                 outcomes.append(attach_once(options, folder, config_path, meta, r, said))
                 walls.append(time.perf_counter() - start)
