@@ -361,3 +361,17 @@ def test_report_compare_shows_the_memory_rows_and_the_stage(tmp_path, store):
     assert "memory regressed: train.bs16 peak memory +" in md
     assert "| `train.bs16.mem.forward` | 64 MiB | 128 MiB |" in md
     assert "**Memory (train.bs16):**" in md and "| forward ◀ |" in md
+
+
+def test_ab_processes_summarise_each_turns_memory():
+    """`mlb ab --processes`: each fresh process's memory medians are its turn's memory, so
+    the arms are judged by the same rule as in one process."""
+    from mlbaseline.runners.ab_process import process_times
+
+    times = process_times(result(activations=128 * MIB), 16)
+    assert times.memory is not None and times.memory.held["forward"] == 128 * MIB
+    assert times.memory.peak == 384 * MIB and times.memory.reserved is None
+    bare = result()
+    for name in [n for n in bare.measurements if ".mem." in n]:
+        del bare.measurements[name]
+    assert process_times(bare, 16).memory is None

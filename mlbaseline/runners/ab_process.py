@@ -31,6 +31,7 @@ from mlbaseline.config import Config, flatten
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.interleave import ARMS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S, abba_order
+from mlbaseline.measure.memory_step import StepMemory
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
@@ -123,7 +124,23 @@ def process_times(result: Result, batch_size: int) -> StepTimes:
         return stats.summarize(m.values).median if m is not None and m.values else 0.0
 
     stages = {s: median(s) for s in (*TRAIN_STAGES, "residual")}
-    return StepTimes(total_s=stats.summarize(step.values).median, stages=stages)
+    memory = process_memory(result, prefix)  # judged by runners.ab's memory rule
+    return StepTimes(total_s=stats.summarize(step.values).median, stages=stages, memory=memory)
+
+
+def process_memory(result: Result, prefix: str) -> StepMemory | None:
+    """One process's memory: the medians of its `mem.peak`, `mem.reserved` and each stage's
+    held bytes (`mem.<stage>`); None where the process measured no memory."""
+
+    def median(name: str) -> int | None:
+        m = result.measurements.get(f"{prefix}.mem.{name}")
+        return int(stats.summarize(m.values).median) if m is not None and m.values else None
+
+    peak = median("peak")
+    if peak is None:
+        return None
+    held = {s: v for s in TRAIN_STAGES if (v := median(s)) is not None}
+    return StepMemory(held, peak, median("reserved"))
 
 
 @dataclass
