@@ -450,3 +450,28 @@ def test_energy_is_judged_like_time_in_compare():
     assert verdicts["train.bs8.energy_per_step"] == "regressed"
     same = compare_results(_energy_result(rng, 1, 1), _energy_result(rng, 1, 1), CompareConfig())
     assert {m.name: m.verdict for m in same.metrics}["train.bs8.energy_per_step"] != "regressed"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA device and NVML"
+)
+def test_gpu_energy_check_prints_the_memory_and_energy_lines(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gpu_energy_check.py"),
+            "--seconds",
+            "2",
+            "--batch-size",
+            "32",
+            "--json",
+            str(tmp_path / "energy.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu energy check: CUDA memory: peak allocated" in done.stdout
+    assert "J/step" in done.stdout and "nvml-counter" in done.stdout
