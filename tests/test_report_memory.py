@@ -137,6 +137,18 @@ def test_two_files_are_two_rows_each_labelled(golden):
     assert rows["training, batch 8 (b/throughput.json)"][0] == "160.00 MiB"
 
 
+def test_the_throughput_tables_memory_column_is_the_measured_peak(golden):
+    md = _markdown(with_memory(golden))
+    training = {r[0]: r[4] for r in _table(_section(md, "## Training throughput"))[1:]}
+    assert training == {"8": "80.00 MiB peak (RSS)", "16": "160.00 MiB peak (RSS)"}
+    inference = {r[0]: r[3] for r in _table(_section(md, "## Inference throughput"))[1:]}
+    assert inference == {"8": "16.00 MiB peak (RSS)", "16": "32.00 MiB peak (RSS)"}
+    cuda = _markdown(with_memory(golden, cuda=True))
+    assert "| 80.00 MiB peak (CUDA allocated) |" in _section(cuda, "## Training throughput")
+    old = _section(_markdown(golden), "## Training throughput")  # before memory was a metric
+    assert "RSS growth" in old and "peak (RSS)" not in old
+
+
 def test_a_run_folder_labels_nothing_and_shows_latency_memory(golden):
     latency = load_result(GOLDEN / "latency.json")
     m = _mem("latency.mem.peak", [700 * MiB], "latency", "peak")

@@ -44,7 +44,7 @@ def _train_row(ctx: ReportContext, result: Result, g: Group) -> list[str]:
         with_ci(rate.median, rate.low, rate.high) if rate else "–",
         with_ci(step.median, step.low, step.high, ms) if step else "–",
         active,
-        memory_cell(facts),
+        peak_cell(result, g, facts),
         str(step.n) if step else "–",
         facts.stop_reason or "–",
     ]
@@ -69,6 +69,19 @@ def memory_cell(facts: payloads.BatchFacts) -> str:
             return f"< {size(RSS_NOISE_BYTES, '.0f')} RSS growth (memory already held)"
         return f"{size(peak)} RSS growth"
     return size(peak) + (f" ({kind})" if kind else "")
+
+
+def peak_cell(result: Result, g: Group, facts: payloads.BatchFacts) -> str:
+    """The memory column: the median of the step's measured peak (`mem.peak`, issue 28: the
+    peak itself, per step) where the result has it, else what older results recorded."""
+    peak = result.measurements.get(f"{g.prefix}.mem.peak")
+    x = [v for v in peak.values if np.isfinite(v)] if peak is not None else []
+    if not x:
+        return memory_cell(facts)
+    kind = str((peak.meta or {}).get("kind") or "") if peak is not None else ""
+    device = str(result.data.get("device") or "")
+    what = "CUDA allocated" if kind.startswith("cuda") or device.startswith("cuda") else "RSS"
+    return f"{size(float(np.median(x)))} peak ({what})"
 
 
 def _labelled_throughput(ctx: ReportContext) -> list[tuple[Result, str]]:
@@ -225,7 +238,7 @@ def section_inference(ctx: ReportContext) -> list[str]:
         for g in all_groups([r], "infer"):
             rate = estimate(g.rate.values) if g.rate else None
             batch = estimate(g.total.values) if g.total else None
-            memory = memory_cell(payloads.batch_facts(r, g))
+            memory = peak_cell(r, g, payloads.batch_facts(r, g))
             rows.append(
                 [
                     _file_label(g.label, label),
