@@ -1,0 +1,435 @@
+"""The step cutter of `mlb attach` (pure Python, no torch): boundary events in, one step
+record per training step out (`measure.hooks` feeds it from torch's hooks; tests feed it on a
+fake clock).
+
+Each boundary is a `Marker` mark (the host clock, or a CUDA event read once it has completed:
+nothing waits for the device). The marks cut the step's interval (previous step end → this
+step end) into contiguous segments, each labelled with a stage or `residual`, so the stages and
+the residual add up to the interval exactly; eval and the sink's own time are cut out. The
+rules that label the segments are in `measure.hooks`' docstring.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mlbaseline.measure.clock import Clock, PerfClock
+
+STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
+RESIDUAL = "residual"
+EVAL = "eval"
+MLB = "mlb"  # the sink's own time inside a hook: in no step
+# each interval's stage; "lossmod" is a loss module's call (inside the loss stage), "efwd" an
+# eval forward, "aux" zero_grad or gradient clipping
+LABEL = {
+    "data": "data_wait",
+    "h2d": "h2d",
+    "fwd": "forward",
+    "efwd": "forward",
+    "lossmod": "loss",
+    "bwd": "backward",
+    "opt": "optimizer",
+    "aux": "optimizer",
+}
+MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
+
+
+@dataclass(frozen=True)
+class HookStep:
+    """One training step as the hooks saw it, in seconds: the step interval (eval left out),
+    each stage (all of STAGES, 0 where absent), the eval time inside the interval (kept
+    apart), micro-batches (backwards per optimizer step), samples (the batch size seen at the
+    first forward of each micro-batch, summed) and the step's boundary ("optimizer", or
+    "backward" for a manual update)."""
+
+    total_s: float
+    stages: dict[str, float]
+    eval_s: float = 0.0
+    micro_batches: int = 1
+    samples: int = 0
+    boundary: str = "optimizer"
+    batch_size: int = 0  # samples of the step's first micro-batch
+
+    @property
+    def residual_s(self) -> float:
+        return self.total_s - sum(self.stages.values())
+
+
+class Sink(Protocol):
+    """Where step records go (`runners.attach_child`'s measuring sink, or the A/B turns')."""
+
+    def on_step(self, record: HookStep) -> None: ...
+
+
+class Marker(Protocol):
+    """A point in time at a boundary, readable later without synchronizing."""
+
+    kind: str
+
+    def mark(self) -> Any: ...
+
+    def ready(self, mark: Any) -> bool:
+        """True once `mark` (and every mark before it) can be read without waiting."""
+        ...
+
+    def wait(self, mark: Any) -> None: ...
+
+    def seconds(self, a: Any, b: Any) -> float: ...
+
+
+class CpuMarker:
+    """Host clock marks (`perf_counter_ns`; a `ManualClock` in tests)."""
+
+    kind = "cpu"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.now = (clock or PerfClock()).now_ns
+
+    def mark(self) -> int:
+        return self.now()
+
+    def ready(self, mark: Any) -> bool:
+        return True
+
+    def wait(self, mark: Any) -> None:
+        return None
+
+    def seconds(self, a: int, b: int) -> float:
+        return (b - a) / 1e9
+
+
+class CudaMarker:
+    """CUDA events recorded on the current stream: a backward's kernels, queued by the time
+    `backward()` returns, lie before the event recorded after it."""
+
+    kind = "cuda"
+
+    def __init__(self) -> None:
+        import torch
+
+        self._event = torch.cuda.Event
+        self._free: list[Any] = []  # events read already: recorded again, not created anew
+
+    def mark(self) -> Any:
+        event = self._free.pop() if self._free else self._event(enable_timing=True)
+        event.record()
+        return event
+
+    def release(self, marks: list[Any]) -> None:
+        self._free.extend(marks)
+
+    def ready(self, mark: Any) -> bool:
+        return bool(mark.query())
+
+    def wait(self, mark: Any) -> None:
+        mark.synchronize()
+
+    def seconds(self, a: Any, b: Any) -> float:
+        return float(a.elapsed_time(b)) / 1e3  # ms → s
+
+
+@dataclass
+class _Seg:
+    label: str
+    a: Any
+    b: Any
+    eval: bool = False
+
+
+@dataclass
+class _Closed:
+    segs: list[_Seg]
+    micro_batches: int
+    samples: list[int]
+    boundary: str
+
+
+@dataclass
+class _Step:
+    """The step being cut: its segments since the previous step's end."""
+
+    segs: list[_Seg] = field(default_factory=list)
+    backwards: int = 0
+    samples: list[int] = field(default_factory=list)
+    need_samples: bool = True  # the next train forward starts a micro-batch
+    forward_seen: bool = False
+    candidate: int | None = None  # segments up to here end the step (after an optimizer step)
+    cut: int | None = None  # before a mode is known: where the first backward ended
+
+
+class Recorder:
+    """The step cutter, fed boundary events by the hooks (or by a test, on a fake marker):
+    `begin(kind)` / `end()` around an interval (`data`, `h2d`, `fwd`, `efwd`, `lossmod`,
+    `bwd`, `opt`, `aux`), `optimizer_created()`. Pure Python, no torch."""
+
+    def __init__(self, sink: Sink, marker: Marker) -> None:
+        self.sink, self.marker = sink, marker
+        self.off = False
+        self.open: str | None = None  # the outermost interval now open
+        self.inner = 0  # module calls nested inside it
+        self.mode = "undecided"  # "optimizer" | "backward" once known
+        self.optimizers = 0
+        self.marker_chosen = False
+        self._step = _Step()
+        self._last: Any = None  # the last boundary's mark
+        self._prev = ("start", "end")  # the last boundary: (kind, "begin" | "end")
+        self._eval = False
+        self._pending: int | None = None  # first data segment since the last other interval
+        self._queue: deque[_Closed] = deque()
+        self._closure = False  # an optimizer step's closure is running
+        self._in_loss = False  # after a train forward, before its backward
+        self._undo: tuple[tuple[str, str], int | None] = (self._prev, None)
+
+    # ------------------------------------------------------------ events
+
+    @property
+    def need_samples(self) -> bool:
+        return self._step.need_samples
+
+    def add_samples(self, samples: int | None) -> None:
+        """The batch size of the open forward, found at its end (keyword inputs)."""
+        step = self._step
+        if samples and step.need_samples:
+            step.samples.append(samples)
+            step.need_samples = False
+
+    def optimizer_created(self) -> None:
+        self.optimizers += 1
+
+    def switch_marker(self, marker: Marker | None) -> None:
+        """Another clock from here (the first train forward found the loop on a GPU): what
+        was cut so far on the old one is dropped (the first step: warm-up anyway). None:
+        keep this one."""
+        self.marker_chosen = True
+        if marker is None or marker is self.marker:
+            return
+        self.marker, self._last, self._step = marker, None, _Step()
+        self._pending = None
+        self._queue.clear()  # marks of the old clock: this one cannot read them
+
+    @property
+    def busy(self) -> bool:
+        """An interval is open that nothing else may cut (an optimizer step may: its closure)."""
+        return self.open is not None and self.open != "opt"
+
+    def begin(self, kind: str, samples: int | None = None) -> bool:
+        """An interval of `kind` starts; nested in an open one it is counted, not timed
+        (`end()` must follow either way). False: the recorder is off."""
+        if self.off:
+            return False
+        if self.open is not None:
+            if self.open != "opt" or self.inner or kind == "opt":
+                self.inner += 1
+                return True
+            # optimizer.step(closure) runs the forward and backward itself (Lightning): they
+            # are cut as usual, and the step's end closes the optimizer stage
+            self.open, self._closure, self._prev = None, True, ("opt", "begin")
+        step = self._step
+        if step.candidate is not None:
+            if kind == "opt":  # a second optimizer in the same step: the step goes on
+                for seg in step.segs[step.candidate :]:
+                    if seg.label == RESIDUAL:
+                        seg.label = "optimizer"
+                step.candidate = None
+            elif kind != "aux":
+                self._close(step.candidate, "optimizer")
+                step = self._step
+        if kind == "efwd":
+            self._eval_edge(kind)  # the time up to an eval forward is eval's
+        self._cut(self._gap(kind))
+        if kind != "efwd":
+            self._eval_edge(kind)  # the time up to a train forward's data is eval's
+        self._undo = (self._prev, self._pending)  # an h2d that moves nothing was none
+        if kind in ("data", "h2d") and self._pending is None:
+            self._pending = len(self._step.segs)
+        if kind in ("bwd", "data", "fwd", "efwd", "opt"):
+            self._in_loss = False
+        if kind == "fwd":
+            step.forward_seen = True
+            self.add_samples(samples)
+        self.open, self._prev = kind, (kind, "begin")
+        self._drain()
+        return True
+
+    def end(self, keep: bool = True) -> None:
+        """The open interval ends (`keep=False`: an h2d that moved nothing: residual)."""
+        if self.off or self.open is None:
+            return
+        if self.inner:
+            self.inner -= 1
+            return
+        kind, self.open = self.open, None
+        if not keep:  # the time goes to whatever it interrupted
+            segs = self._step.segs
+            self._cut(segs[-1].label if segs else RESIDUAL)
+            self._prev, self._pending = self._undo
+            self._drain()
+            return
+        self._cut(LABEL[kind])
+        self._prev = (kind, "end")
+        if kind == "fwd":
+            self._in_loss = True
+        if kind not in ("data", "h2d"):
+            self._pending = None
+        if kind == "bwd":
+            self._backward_end()
+        elif kind == "opt":
+            self._optimizer_end()
+        self._drain()
+
+    def opt_post(self) -> None:
+        """An optimizer step returned (its post hook)."""
+        if self.off:
+            return
+        if self.open == "opt":
+            self.end()
+        elif self.open is None and self._closure:
+            # the step ran a closure: the optimizer stage is its last backward's end to here
+            self._cut(self._gap("opt"))
+            self._prev, self._pending = ("opt", "end"), None
+            self._optimizer_end()
+
+    def _optimizer_end(self) -> None:
+        self._closure = False
+        self.mode = "optimizer"
+        self._step.candidate = len(self._step.segs)
+
+    def flush(self, block: bool = False) -> None:
+        """Hand every step whose marks can be read to the sink (`block`: wait for them)."""
+        while self._queue:
+            closed = self._queue[0]
+            last = closed.segs[-1].b
+            if not self.marker.ready(last):
+                if not block and len(self._queue) <= MAX_PENDING:
+                    return
+                self.marker.wait(last)
+            self._queue.popleft()
+            record = self._resolve(closed)
+            release = getattr(self.marker, "release", None)
+            if release is not None:  # the step's last mark begins the next step: kept
+                release([seg.a for seg in closed.segs])
+            self.sink.on_step(record)
+
+    # ------------------------------------------------------------ cutting
+
+    def _gap(self, kind: str) -> str:
+        """The label of the time between the last boundary and this `kind`'s start."""
+        prev, step = self._prev, self._step
+        if self._in_loss and kind in ("bwd", "lossmod", "aux", "h2d"):
+            return "loss"  # a forward's end to its backward's start (a zero_grad is cut out)
+        if self.mode == "backward" and not step.forward_seen:
+            return "optimizer"  # the manual update: backward's end to the next forward
+        if prev == ("opt", "begin"):
+            return "optimizer"  # inside optimizer.step(closure), before the closure's forward
+        if (
+            kind in ("opt", "aux")
+            and prev[1] == "end"
+            and prev[0] in ("bwd", "opt", "aux")
+            and step.candidate is None
+        ):
+            return "optimizer"
+        return RESIDUAL
+
+    def _eval_edge(self, kind: str) -> None:
+        """An eval forward opens an eval stretch (the data drawn for it included); a train
+        forward, backward, optimizer step or zero_grad closes it (the data drawn for that
+        forward, and what came after it, is the step's again)."""
+        segs = self._step.segs
+        if kind == "efwd" and not self._eval:
+            self._eval = True
+            for seg in segs[self._pending :] if self._pending is not None else ():
+                seg.eval = True
+        elif kind in ("fwd", "bwd", "opt", "aux") and self._eval:
+            self._eval = False
+            if kind == "fwd" and self._pending is not None:
+                for seg in segs[self._pending :]:
+                    seg.eval = False
+
+    def _cut(self, label: str) -> None:
+        mark = self.marker.mark()
+        if self._last is None:  # the first boundary (on this marker): the first step starts
+            self._last = mark
+            return
+        self._step.segs.append(_Seg(label, self._last, mark, self._eval))
+        self._last = mark
+
+    def _backward_end(self) -> None:
+        step = self._step
+        step.backwards += 1
+        step.need_samples = True
+        if self.mode == "backward":
+            self._close(len(step.segs), "backward")
+        elif self.mode == "undecided":
+            if step.cut is None:
+                step.cut = len(step.segs)
+            elif self.optimizers == 0:
+                # a second backward and no torch.optim optimizer: a manual update; the step
+                # starts at the first backward's end (what came before it is dropped)
+                self.mode = "backward"
+                step.segs = step.segs[step.cut :]
+                step.backwards, step.samples = 1, step.samples[-1:]
+                self._close(len(step.segs), "backward")
+
+    def _close(self, upto: int, boundary: str) -> None:
+        step = self._step
+        if upto == 0:
+            return
+        micro = step.backwards if boundary == "optimizer" else 1
+        closed = _Closed(step.segs[:upto], max(micro, 1), step.samples, boundary)
+        rest = _Step(segs=step.segs[upto:])
+        self._step, self._pending = rest, None
+        self._queue.append(closed)
+
+    def _drain(self) -> None:
+        """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's
+        own time (the stop rule's tests, say) is cut out as a segment no step counts."""
+        queue = self._queue
+        if not queue or (len(queue) <= MAX_PENDING and not self.marker.ready(queue[0].segs[-1].b)):
+            return
+        self.flush()
+        if self._last is not None and not self.off:
+            mark = self.marker.mark()
+            self._step.segs.append(_Seg(MLB, self._last, mark))
+            self._last = mark
+
+    def _resolve(self, closed: _Closed) -> HookStep:
+        stages = dict.fromkeys(STAGES, 0.0)
+        total = eval_s = 0.0
+        seconds = self.marker.seconds
+        for seg in closed.segs:
+            if seg.label == MLB:
+                continue
+            d = seconds(seg.a, seg.b)
+            if seg.eval:
+                eval_s += d
+                continue
+            total += d
+            if seg.label != RESIDUAL:
+                stages[seg.label] += d
+        samples = closed.samples
+        return HookStep(
+            total_s=total,
+            stages=stages,
+            eval_s=eval_s,
+            micro_batches=closed.micro_batches,
+            samples=sum(samples),
+            boundary=closed.boundary,
+            batch_size=samples[0] if samples else 0,
+        )
+
+
+__all__ = [
+    "EVAL",
+    "LABEL",
+    "MLB",
+    "RESIDUAL",
+    "STAGES",
+    "CpuMarker",
+    "CudaMarker",
+    "HookStep",
+    "Marker",
+    "Recorder",
+    "Sink",
+]
