@@ -475,3 +475,40 @@ def test_gpu_energy_check_prints_the_memory_and_energy_lines(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpu energy check: CUDA memory: peak allocated" in done.stdout
     assert "J/step" in done.stdout and "nvml-counter" in done.stdout
+
+
+def test_gpu_energy_check_lines_from_its_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gec", ROOT / "bench" / "gpu_energy_check.py")
+    assert spec is not None and spec.loader is not None
+    gec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gec)
+    windows = [{"flag": "", "joules": 300.0, "seconds": 1.2}, {"flag": "", "joules": 250.0,
+               "seconds": 1.0}]  # fmt: skip
+    figures = {
+        "gpu": "Fake GPU",
+        "model": "m",
+        "batch_size": 32,
+        "median_step_s": 0.05,
+        "peak_allocated_bytes": 3 * 2**30,
+        "peak_reserved_bytes": 4 * 2**30,
+        "energy": {
+            "source": "nvml-counter",
+            "min_window_s": 1.0,
+            "batch_sizes": {"32": {"windows": windows}},
+        },
+        "energy_per_step_j": 12.5,
+        "energy_per_sample_j": 0.39,
+        "mean_power_w": 250.0,
+    }
+    text, ok = gec.lines(figures)
+    assert ok and text[0].startswith("gpu energy check: CUDA memory: peak allocated 3,072 MiB")
+    assert text[1] == (
+        "gpu energy check: energy: 12.5 J/step, 0.39 J/sample, mean 250 W over 2 window(s) "
+        "of >= 1 s (nvml-counter, step 50.0 ms)"
+    )
+    missing = {**figures, "energy_per_step_j": None, "mean_power_w": None,
+               "energy": {"measured": False, "reason": "no NVML: driver"}}  # fmt: skip
+    text, ok = gec.lines(missing)
+    assert not ok and text[1] == "gpu energy check: energy NOT measured: no NVML: driver"
