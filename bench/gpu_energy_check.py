@@ -5,7 +5,8 @@ Runs real training steps (torchvision resnet18, synthetic data, on the GPU) thro
 - memory: the peak allocated and reserved CUDA memory over the measured steps
   (`torch.cuda.max_memory_allocated` / `max_memory_reserved` after a reset);
 - energy: joules per step and per sample from `measure.energy` (NVML's total-energy counter
-  over windows of >= 1 s, power polling where the counter is absent), and the mean power.
+  over windows of >= 1 s; where the counter is absent, the power readings of a telemetry
+  sampler at 0.1 s integrated), and the mean power.
 The check passes when the energy was measured (at least one window gave a figure) and the
 mean power is plausible for a busy GPU (between 1 W and 2,000 W).
 
@@ -69,21 +70,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from mlbaseline.measure.energy import open_meter
     from mlbaseline.measure.gpu import default_probe
+    from mlbaseline.measure.telemetry import TelemetrySampler
 
     step = _step(args)
     for _ in range(args.warmup):
         step()
     probe = default_probe()
     try:
-        meter = open_meter("cuda", probe)  # no sampler: the counter, or nothing
-        torch.cuda.reset_peak_memory_stats()
-        meter.begin()
-        records, start = [], time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            records.append(step())
-            meter.mark(len(records))
-        metrics = meter.end("check", args.batch_size, 0, [r.samples for r in records])
-        block = meter.block()
+        # the sampler's power readings are the fallback where the GPU has no energy counter
+        with TelemetrySampler(probe, 0.1) as sampler:
+            meter = open_meter("cuda", probe, sampler)
+            torch.cuda.reset_peak_memory_stats()
+            meter.begin()
+            records, start = [], time.perf_counter()
+            while time.perf_counter() - start < args.seconds:
+                records.append(step())
+                meter.mark(len(records))
+            metrics = meter.end("check", args.batch_size, 0, [r.samples for r in records])
+            block = meter.block()
     finally:
         probe.close()
     windows = (block.get("batch_sizes") or {}).get(str(args.batch_size), {}).get("windows", [])
