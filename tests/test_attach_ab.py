@@ -6,11 +6,18 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from mlbaseline.cli import app
 from mlbaseline.config import resolve
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.loop import StopRule
@@ -19,6 +26,7 @@ from mlbaseline.runners import attach_turns
 from mlbaseline.runners.attach_ab import LONG, SHORT, ScriptArm, run_ab_attach, turn_times
 from mlbaseline.runners.attach_turns import TurnSink
 
+runner = CliRunner()
 RULE = StopRule(warmup_min=1, warmup_window=4, warmup_max=10, max_time_s=1e9)
 STAGES = {
     "data_wait": 0.001,
@@ -269,3 +277,139 @@ def test_a_difference_no_larger_than_the_process_effect_is_held_back(tmp_path: P
     assert result.data["verdict"] != "regressed"
     assert any(w["code"] == "process_effect" for w in result.warnings)
     assert all(c.status != "fail" for c in result.verdict.checks)
+
+
+# ------------------------------------------------------------------ the whole path, for real
+
+TRAIN = """\
+import torch
+
+WORK = {work}
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randint(0, 4, (32,))
+w = torch.randn(max(WORK, 1), max(WORK, 1))
+for step in range(1_000_000):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    if WORK:
+        loss = loss + (w @ w).mean() * 0  # real extra work, inside the loss stage
+    loss.backward()
+    opt.step()
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+    }
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A throwaway repository: commit 1 a tiny training script, commit 2 the same with a
+    bigger matmul in its loss."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    _git(root, "init", "-q")
+    (root / "train.py").write_text(TRAIN.format(work=0))
+    _git(root, "add", "train.py")
+    _git(root, "commit", "-q", "-m", "tiny")
+    (root / "train.py").write_text(TRAIN.format(work=160))
+    _git(root, "commit", "-q", "-am", "more work in the loss")
+    return root
+
+
+def _mlb(repo: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "mlbaseline", "ab", "--ref-a", "HEAD~1", "--ref-b", "HEAD"]
+    cmd += ["--turn-s", "0.25", "-o", str(out), "--no-history", "--quiet", *extra]
+    cmd += ["--", sys.executable, "train.py"]
+    return subprocess.Popen(
+        cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _no_worktrees_left(repo: Path, pid: int) -> None:
+    listed = _git(repo, "worktree", "list", "--porcelain")
+    assert listed.count("worktree ") == 1, listed  # only the main one
+    assert not list(Path(tempfile.gettempdir()).glob(f"mlb-worktree-{pid}-*"))
+    assert not list(Path(tempfile.gettempdir()).glob(f"mlb-attach-{pid}-*"))
+
+
+def test_ref_a_ref_b_names_the_stage_and_removes_the_worktrees(repo: Path) -> None:
+    out = repo.parent / "ab.json"
+    proc = _mlb(repo, out, "--pairs", "9")  # the fewest that can pass Holm over 7 stages
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 1, stderr  # a stage regressed
+    result = load_result(out)
+    stages = {s["stage"]: s for s in result.data["stages"]}
+    assert stages["loss"]["verdict"] == "regressed"
+    assert stages["loss"]["ratio"] > 1.5
+    assert result.data["mode"] == LONG
+    assert result.data["refs"]["a"]["ref"] == "HEAD~1"
+    assert result.data["command"][1:] == ["train.py"]
+    _no_worktrees_left(repo, proc.pid)
+
+
+def test_ctrl_c_exits_130_and_removes_the_worktrees(repo: Path) -> None:
+    out = repo.parent / "ab.json"
+    proc = _mlb(repo, out, "--pairs", "50")
+    # Ctrl-C once the first arm's process has started (its log is in the scratch folder)
+    deadline = time.monotonic() + 120
+    while not list(Path(tempfile.gettempdir()).glob(f"mlb-attach-{proc.pid}-*/a0-0.log")):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    _no_worktrees_left(repo, proc.pid)
+
+
+def test_bad_ref_and_no_repository_are_one_line_errors(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["ab", "--no-history", "--quiet"]
+    monkeypatch.chdir(repo)
+    res = runner.invoke(app, [*base, "--ref-a", "HEAD", "--ref-b", "nope", "--", "python", "x"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == f"Error: --ref-b: 'nope': no such commit in {repo.resolve()}"
+    elsewhere = tmp_path / "not-a-repo"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    res = runner.invoke(app, [*base, "--ref-a", "HEAD", "--ref-b", "HEAD", "--", "python", "x"])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("Error: ") and "not inside a git repository" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--attach"], "--attach: give the script's command after --, e.g. -- python train.py"),
+        (["--ref-a", "HEAD", "--", "python", "x"], "--ref-b: --ref-a and --ref-b go together"),
+        (
+            ["--attach", "--set-b", "a=1", "--", "python", "x"],
+            "--set-b: not with --attach (the arms are the script's versions)",
+        ),
+        (
+            ["--attach", "--processes", "--", "python", "x"],
+            "--processes: not with --attach (the arms are the script's versions)",
+        ),
+        (["--short-processes"], "--short-processes: only with --attach"),
+        (["--", "python", "x"], "unexpected argument 'python' (a script needs --attach)"),
+    ],
+)
+def test_attach_usage_errors(args: list[str], message: str) -> None:
+    res = runner.invoke(app, ["ab", "--no-history", *args])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"Error: {message}"

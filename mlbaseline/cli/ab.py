@@ -81,6 +81,11 @@ def ab_table(result: Result) -> Table:
 
 
 def _arm_line(d: AbData, arm: str) -> str:
+    if d.command is not None:  # --attach: the script's folder, and its ref if a worktree
+        spec, ref = (d.arms or {}).get(arm), (d.refs or {}).get(arm)
+        where = f"{ref.ref} ({(ref.commit or '')[:12]})" if ref is not None else None
+        where = where or (spec.cwd if spec is not None else "")
+        return f"{arm.upper()}: {escape(' '.join(d.command))} at {escape(str(where))}"
     sets = getattr(d.overrides, arm) if d.overrides is not None else []
     parts = [", ".join(sets) or "(the config as is)"]
     spec = (d.arms or {}).get(arm)
@@ -99,6 +104,8 @@ def render(result: Result, ui: Ui) -> None:
     if d.dropped:
         last = escape(d.dropped[-1].error)
         ui.print(f"{len(d.dropped)} pairs dropped (a turn failed); last: {last}")
+    if d.command is not None:
+        ui.print(f"mode: {d.mode}, turns of {fmt.duration(d.turn_s)}")
     ui.print(f"stopped by {d.stop_reason}; overall: {_verdict(d.verdict)}")
 
 
@@ -118,7 +125,10 @@ class AbOptions:
         ListOpt, opt("--set-b", "Arm B only: KEY=VALUE on top of the config.", metavar="KEY=VALUE")
     ] = None
     pairs: Annotated[
-        OptInt, opt("--pairs", "Pairs (A and B) to run (default 55; 12 with --processes).", min=1)
+        OptInt,
+        opt(
+            "--pairs", "Pairs (A and B) to run (default 55; 12 with --processes, --attach).", min=1
+        ),
     ] = None
     budget: Annotated[
         OptFloat, opt("--budget", "Stop after this many seconds (finished pairs kept).")
@@ -157,14 +167,48 @@ class AbOptions:
     env_b: Annotated[
         ListOpt, opt("--env-b", "Arm B's processes: KEY=VALUE in their env.", metavar="KEY=VALUE")
     ] = None
+    attach: Annotated[
+        bool,
+        typer.Option(
+            "--attach",
+            help="Arms are your script (after --), unmodified: one long-lived process per arm.",
+        ),
+    ] = False
+    ref_a: Annotated[
+        OptStr, opt("--ref-a", "--attach in a temporary git worktree at REF.", metavar="REF")
+    ] = None
+    ref_b: Annotated[
+        OptStr, opt("--ref-b", "--attach in a temporary git worktree at REF.", metavar="REF")
+    ] = None
+    short_processes: Annotated[
+        bool,
+        typer.Option(
+            "--short-processes", help="--attach: a fresh process per turn, not one per arm."
+        ),
+    ] = False
+    script: Annotated[
+        ListOpt,
+        typer.Argument(
+            help="--attach: the command to run in each arm, after --.",
+            metavar="[-- COMMAND...]",
+            show_default=False,
+        ),
+    ] = None
 
     def arm_options(self, arm: str) -> tuple[Path | None, str | None, Path | None, list[str]]:
         """(python, cmd, cwd, env items) of one arm."""
         return tuple(getattr(self, f"{k}_{arm}") for k in ("python", "cmd", "cwd", "env"))  # type: ignore[return-value]
 
     @property
+    def attaching(self) -> bool:
+        """The arms are the user's script (--attach; --ref-a/--ref-b imply it)."""
+        return self.attach or bool(self.ref_a or self.ref_b)
+
+    @property
     def fresh(self) -> bool:
         """Fresh processes: asked for, or implied by an option only they can honour."""
+        if self.attaching:
+            return False
         return self.processes or any(v for a in ("a", "b") for v in self.arm_options(a))
 
 
@@ -197,13 +241,38 @@ def _process_arm(cfg: Config, o: AbOptions, arm: str) -> Arm:
     return Arm(cfg, _prefix(arm, python, cmd), resolved, parse_env(env, f"--env-{arm}"))
 
 
+def _check_attach(o: AbOptions) -> None:
+    """--attach runs the script after --, in two folders or at two refs: the config-built
+    arms' options mean nothing there, and the script's command is required."""
+    if not o.attaching:
+        if o.short_processes:
+            raise UsageError("--short-processes: only with --attach")
+        if o.script:
+            raise UsageError(f"unexpected argument {o.script[0]!r} (a script needs --attach)")
+        return
+    if not o.script:
+        raise UsageError("--attach: give the script's command after --, e.g. -- python train.py")
+    for flag, value in (
+        ("--processes", o.processes),
+        ("--set-a", o.set_a),
+        ("--set-b", o.set_b),
+        ("--python-a", o.python_a),
+        ("--python-b", o.python_b),
+        ("--cmd-a", o.cmd_a),
+        ("--cmd-b", o.cmd_b),
+    ):
+        if value:
+            raise UsageError(f"{flag}: not with --attach (the arms are the script's versions)")
+
+
 def _check(o: AbOptions) -> None:
     if o.threshold <= 0:
         raise UsageError("--threshold: must be > 0")
     if o.budget is not None and o.budget <= 0:
         raise UsageError("--budget: must be > 0 seconds")
-    if o.turn_s is not None and not o.fresh:
-        raise UsageError("--turn-s: only with --processes (each turn is a fresh process)")
+    _check_attach(o)
+    if o.turn_s is not None and not (o.fresh or o.attaching):
+        raise UsageError("--turn-s: only with --processes or --attach (turns of N seconds)")
     if o.turn_s is not None and o.turn_s <= 0:
         raise UsageError("--turn-s: must be > 0 seconds")
 
@@ -218,6 +287,26 @@ def _write_arms(run: ProcessRun, output: Path | None, force: bool, ui: Ui) -> No
         write_result(run.arms[arm], path, force=force)
         run.result.artifacts[f"arm_{arm}"] = path.name
         ui.print(f"[dim]arm {arm.upper()} written to {path}[/dim]")
+
+
+def _measure_attached(cfg: Config, o: AbOptions, ui: Ui) -> Result:
+    """--attach / --ref-a --ref-b: the script's two versions, turn by turn."""
+    from mlbaseline.runners.ab_process import parse_env
+    from mlbaseline.runners.attach_ab import run_script_ab
+
+    return run_script_ab(
+        cfg,
+        o.script or [],
+        cwds={"a": o.cwd_a, "b": o.cwd_b},
+        refs={"a": o.ref_a, "b": o.ref_b},
+        envs={"a": parse_env(o.env_a, "--env-a"), "b": parse_env(o.env_b, "--env-b")},
+        pairs=o.pairs or DEFAULT_PROCESS_PAIRS,
+        budget_s=o.budget,
+        progress=ui.progress,
+        turn_s=o.turn_s or DEFAULT_TURN_S,
+        threshold=o.threshold,
+        short=o.short_processes,
+    )
 
 
 @command("ab")
@@ -238,9 +327,19 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
     ±threshold. Stops after --pairs or --budget seconds; Ctrl-C keeps the finished pairs
     (exit 130). Exit 1 when a stage regressed, 3 when the arms run on different devices.
 
+    With --attach, the arms are two versions of your own training script (the command after
+    --), unmodified: run in --cwd-a and --cwd-b, or, with --ref-a/--ref-b, in temporary git
+    worktrees of this repository at those refs (removed afterwards, Ctrl-C included). Each arm
+    is one long-lived process that warms up once, then measures --turn-s seconds of steps per
+    turn while the other waits; if that cannot go on (an arm's script ended), or with
+    --short-processes, each turn is a fresh process. Every stage the hooks see, and the
+    script's own, is judged per pair of turns.
+
     Example: mlb ab --set-b workload.threads=2 --pairs 55 -o ab.json
 
     Example: mlb ab --processes --cwd-b ../mlb-old --pairs 12 -o ab.json
+
+    Example: mlb ab --ref-a main --ref-b HEAD -o ab.json -- python train.py --epochs 1
     """
     _check(o)
     arms: dict[str, Config] = {}
@@ -254,6 +353,8 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
     from mlbaseline.runners.ab_process import arm_paths, run_ab_processes
 
     def measure(cfg: Config, ui: Ui) -> Result:
+        if o.attaching:
+            return _measure_attached(cfg, o, ui)
         if o.fresh:
             run = run_ab_processes(
                 _process_arm(arms["a"], o, "a"),

@@ -49,11 +49,10 @@ from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Result
 from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs, stage_values
-from mlbaseline.runners.attach_turns import CONTROL_FD, MIN_STEPS, STATUS_FD
-from mlbaseline.runners.worktrees import worktrees
+from mlbaseline.runners.attach_turns import MIN_STEPS
+from mlbaseline.runners.worktrees import signals_held, worktrees
 from mlbaseline.safewrite import open_stream
 
-MODE = "MLB_ATTACH_MODE"
 START_TIMEOUT_S = 300.0  # import + first step + warm-up of one arm's process
 PROCESSES_PER_ARM = 2  # long-lived processes per arm: their spread is the process effect
 TURN_SLACK_S = 60.0  # a turn that has not answered turn_s + this later is lost
@@ -150,24 +149,25 @@ class PipeChild:
         return f"exit code {code}" + (f": {tail}" if tail and code != 0 else "")
 
 
-BootEnv = Callable[[Path], dict[str, str]]  # scratch folder → the env that boots the hooks
-
-
-def spawn_in(logs: Path, boot: BootEnv | None = None) -> Spawner:
+def spawn_in(logs: Path) -> Spawner:
     """The real spawner: each arm's process runs its command in its folder, in turn mode,
-    under the attach boot (`boot(folder)`: the environment that installs the hooks before
-    the script's first line), with a control and a status pipe, in its own session (a
-    terminal's Ctrl-C reaches this process, which stops the arms itself), its output to a log
-    in `logs` (two scripts' output interleaved on one terminal would be noise)."""
+    under `mlb attach`'s boot (`runners.attach.write_boot` / `child_env`: the hooks are
+    installed before the script's first line, with `attach_turns`' sink), with a control and
+    a status pipe, in its own session (a terminal's Ctrl-C reaches this process, which stops
+    the arms itself), its output to a log in `logs` (two scripts' output interleaved on one
+    terminal would be noise; the last line of a failed one is in its error)."""
+    from mlbaseline.runners import attach
+
+    boot = logs / "boot"
+    boot.mkdir(exist_ok=True)
+    attach.write_boot(boot)
     count = itertools.count()
 
     def spawn(arm: ScriptArm, name: str) -> PipeChild:
-        n = next(count)
-        env = {**os.environ, **arm.env, **(boot or _attach_boot)(logs / f"boot-{name}-{n}")}
         control_r, control_w = os.pipe()
         status_r, status_w = os.pipe()
-        env |= {MODE: "turns", CONTROL_FD: str(control_r), STATUS_FD: str(status_w)}
-        log_path = logs / f"{name}-{n}.log"
+        env = attach.child_env(boot, "turns", status_w, control_r, extra=arm.env)
+        log_path = logs / f"{name}-{next(count)}.log"
         try:
             with open_stream(log_path, mode="wb") as log:
                 proc = subprocess.Popen(
@@ -327,8 +327,11 @@ class _Turns:
         return child.end() if child is not None else ""
 
     def close(self) -> None:
-        for arm in list(self.children):
-            self._end(arm)
+        """End every arm process; a second Ctrl-C waits until they are gone (their folders,
+        worktrees perhaps, are removed next)."""
+        with signals_held():
+            for slot in list(self.children):
+                self._end(slot)
 
     def mode_ran(self, short: bool) -> str:
         if short:
@@ -528,14 +531,6 @@ def run_script_ab(
     with scratch.folder("attach") as logs, script_arms(command, cwds, refs, envs) as arms:
         make = spawner or spawn_in
         return run_ab_attach(cfg, arms["a"], arms["b"], make(logs), **run)
-
-
-def _attach_boot(folder: Path) -> dict[str, str]:
-    """The environment of `mlb attach`'s boot (runners.attach): a sitecustomize that
-    installs the hooks, here with the turn sink (MLB_ATTACH_MODE=turns)."""
-    from mlbaseline.runners import attach
-
-    return attach.boot_env(folder)
 
 
 __all__ = [
