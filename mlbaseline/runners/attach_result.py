@@ -50,7 +50,6 @@ def build_result(
 ) -> Result:
     """The throughput result of an attached run (`state`: the sink, for its telemetry
     sampler, memory meter and window, where it has them)."""
-    import torch
 
     measured = list(steps[loop.warmup :]) or list(steps)
     micro = _typical([s.micro_batches for s in measured])
@@ -72,24 +71,7 @@ def build_result(
         memory_kind=meter.kind if meter is not None else "none",
         accum=max(micro, 1),
     )
-    doc = run_cfg.to_dict()
-    facts = RunFacts(
-        config=doc,
-        environment=fingerprint(doc, probe, device),
-        device=device,
-        mode="train",
-        nproc=1,
-        repeats=1,
-        determinism=None,  # the script sets its own
-        allocator=None,
-        timer=timer,
-        torch_threads=torch.get_num_threads(),
-        stages=list(TRAIN_STAGES),
-        residual_limit=RESIDUAL_LIMIT,
-        source="attach",
-        name=str(meta.get("script") or "script"),
-    )
-    records = Records(facts)
+    records = Records(_facts(run_cfg, probe, device, timer, str(meta.get("script") or "script")))
     for metric in run.metrics():
         records.add_metric(metric)
     train = {**group_summary(records.metrics, prefix), **run.info()}
@@ -108,6 +90,29 @@ def build_result(
         )
     sampler = getattr(state, "_sampler", None)
     return assemble(records, Ending(telemetry=Telemetry(sampler, None, sampler is not None)))
+
+
+def _facts(cfg: Config, probe: Any, device: str, timer: str, name: str) -> RunFacts:
+    """The run-wide facts of an attached run: one process of the script's own settings."""
+    import torch
+
+    doc = cfg.to_dict()
+    return RunFacts(
+        config=doc,
+        environment=fingerprint(doc, probe, device),
+        device=device,
+        mode="train",
+        nproc=1,
+        repeats=1,
+        determinism=None,  # the script sets its own
+        allocator=None,
+        timer=timer,
+        torch_threads=torch.get_num_threads(),
+        stages=list(TRAIN_STAGES),
+        residual_limit=RESIDUAL_LIMIT,
+        source="attach",
+        name=name,
+    )
 
 
 def attach_block(
