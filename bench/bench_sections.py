@@ -534,4 +534,5 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "power": __import__("bench_verdict_power").power,  # issue 24: simulated, docs/VERDICTS.md
     "documents": __import__("bench_documents").documents,  # issue 25: validation's cost
     "memory": __import__("bench_memory").memory,  # issue 28: bench/bench_memory.py
+    "attach": __import__("bench_attach").attach,  # issue 26: bench/bench_attach.py
 }
