@@ -228,6 +228,7 @@ def test_long_lived_arms_alternate_and_the_slow_stage_is_named(tmp_path: Path) -
     result = run_ab_attach(cfg, a, b, fake_spawner(log, 1.5, "custom"), pairs=12, seed=3)
     assert spawned(log, "a") == 2 and spawned(log, "b") == 2  # two long-lived per arm
     assert result.data["processes"] == {"a": 2, "b": 2}
+    assert result.environment["blocking"]  # the machine's fingerprint, for the history
     assert result.data["mode"] == LONG
     stages = {s["stage"]: s["verdict"] for s in result.data["stages"]}
     assert stages["custom"] == "regressed"

@@ -41,8 +41,11 @@ from typing import Any, Protocol
 from mlbaseline import formatting as fmt
 from mlbaseline import scratch, stats
 from mlbaseline.config import Config
+from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.determinism import resolve_device
+from mlbaseline.measure.gpu import GpuProbe
 from mlbaseline.measure.interleave import ARMS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S, abba_order
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
@@ -419,6 +422,7 @@ def run_ab_attach(
     seed: int | None = None,
     short: bool = False,
     per_arm: int = PROCESSES_PER_ARM,
+    probe: GpuProbe | None = None,
     clock: Clock | None = None,
     max_failures: int = MAX_FAILURES,
 ) -> Result:
@@ -468,6 +472,9 @@ def run_ab_attach(
             f"({turns.fallback['reason']}): from pair {turns.fallback['pair']} on, each turn "
             "was a fresh process",
         )
+    # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
+    # one `auto` finds here is the likely one, and the history groups results by it)
+    result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
     refs = {arm: {"ref": s.ref, "commit": s.commit} for arm, s in arms.items() if s.ref}
     if refs:
         result.data["refs"] = refs
