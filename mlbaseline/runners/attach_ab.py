@@ -460,6 +460,21 @@ def run_ab_attach(
         "command": list(arm_a.command),
     }
     result = ab_result(cfg, cfg, log, threshold, seed, meta, extra_stages=extra)
+    _annotate(result, turns, arms, extra)
+    # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
+    # one `auto` finds here is the likely one, and the history groups results by it)
+    result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
+    if log.stop_reason == "failures":
+        last = log.dropped[-1]["error"] if log.dropped else ""
+        result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
+    return result
+
+
+def _annotate(
+    result: Result, turns: _Turns, arms: Mapping[str, ScriptArm], extra: Sequence[str]
+) -> None:
+    """The turns, the processes, the process effect (and what it held back), the fallback
+    and the refs, on the verdict result."""
     result.data.update(method=METHOD, turns=turns.records, processes=dict(turns.started))
     spread = process_spread(turns.figures, [*TRAIN_STAGES, *extra, "step"])
     result.data["process_spread"] = {k: math.expm1(v) for k, v in spread.items()}
@@ -472,16 +487,9 @@ def run_ab_attach(
             f"({turns.fallback['reason']}): from pair {turns.fallback['pair']} on, each turn "
             "was a fresh process",
         )
-    # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
-    # one `auto` finds here is the likely one, and the history groups results by it)
-    result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
     refs = {arm: {"ref": s.ref, "commit": s.commit} for arm, s in arms.items() if s.ref}
     if refs:
         result.data["refs"] = refs
-    if log.stop_reason == "failures":
-        last = log.dropped[-1]["error"] if log.dropped else ""
-        result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
-    return result
 
 
 @contextlib.contextmanager
