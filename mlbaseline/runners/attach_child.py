@@ -64,16 +64,17 @@ def boot(environ: MutableMapping[str, str] | None = None) -> None:
 
 
 def status_writer(settings: Mapping[str, str]) -> Emit:
-    """JSON lines on the status fd (nothing when there is none)."""
-    from mlbaseline.runners.attach_turns import fd_writer
-
+    """JSON lines on the status fd, each written whole (nothing when there is none). Stdlib
+    only: this runs before the script's first line, which must not wait for NumPy."""
     if not settings.get(STATUS_FD):
         return lambda event: None
-    write = fd_writer(int(settings[STATUS_FD]))
+    fd = int(settings[STATUS_FD])
 
     def emit(event: dict[str, Any]) -> None:
+        view = memoryview((json.dumps(event, separators=(",", ":")) + "\n").encode())
         with contextlib.suppress(OSError):  # a gone parent is no error of the script's
-            write(event)
+            while view:
+                view = view[os.write(fd, view) :]
 
     return emit
 
