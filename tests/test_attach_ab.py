@@ -280,6 +280,65 @@ def test_a_difference_no_larger_than_the_process_effect_is_held_back(tmp_path: P
     assert all(c.status != "fail" for c in result.verdict.checks)
 
 
+def test_bad_turn_seconds_is_usage_error(tmp_path: Path) -> None:
+    from mlbaseline.errors import UsageError
+
+    a, b = arms(tmp_path)
+    with pytest.raises(UsageError, match="--turn-s"):
+        run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([]), turn_s=0)
+
+
+def test_script_arms_in_two_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlbaseline.errors import UsageError
+    from mlbaseline.runners.attach_ab import script_arms
+
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    none = {"a": None, "b": None}
+    with script_arms(["python", "t.py"], {"a": other, "b": None}, none, {"b": {"K": "1"}}) as got:
+        assert got["a"].cwd == other.resolve() and got["b"].cwd == tmp_path.resolve()
+        assert got["b"].env == {"K": "1"} and got["a"].command == ("python", "t.py")
+    gone = script_arms(["python"], {"a": None, "b": tmp_path / "gone"}, none, {})
+    with pytest.raises(UsageError, match=r"--cwd-b: .*: not a directory"), gone:
+        pass
+    both = script_arms(["python"], {"a": other, "b": None}, {"a": "x", "b": "y"}, {})
+    with pytest.raises(UsageError, match="not with --cwd-a/--cwd-b"), both:
+        pass
+
+
+class SlowControl(io.StringIO):
+    """A control pipe whose reads take `wait_s` on the clock (the other arm's turn)."""
+
+    def __init__(self, text: str, clock: ManualClock, wait_s: float) -> None:
+        super().__init__(text)
+        self.clock, self.wait_s = clock, wait_s
+
+    def readline(self, *args: Any) -> str:  # type: ignore[override]
+        self.clock.advance(self.wait_s)
+        return super().readline(*args)
+
+
+def test_sink_drops_the_step_the_wait_fell_into_even_behind_queued_steps() -> None:
+    """On a GPU, steps queued before the wait reach the sink after it: they are kept, the
+    one as long as the wait is not."""
+    clock = ManualClock()
+    text = json.dumps({"cmd": "go", "seconds": 0.05}) + "\n" + json.dumps({"cmd": "stop"}) + "\n"
+    events: list[dict[str, Any]] = []
+    sink = TurnSink(SlowControl(text, clock, 2.0), events.append, clock, RULE, exit=_stop)
+    while sink.loop.warmup is None:
+        sink.on_step(record())
+    # two queued steps, the step spanning the 2 s wait, then steady steps
+    queued = [record(), record(), {**record(), "total_s": 2.01}]
+    with pytest.raises(Stopped):
+        for rec in [*queued, *[record()] * 20]:
+            sink.on_step(rec)
+            clock.advance(0.0145)
+    turn = events[-1]["steps"]
+    assert all(s["step"] < 1.0 for s in turn)
+    assert len(turn) >= 4  # the queued two are kept
+
+
 # ------------------------------------------------------------------ the whole path, for real
 
 TRAIN = """\

@@ -515,7 +515,8 @@ def script_arms(
         with worktrees(given) as trees:
             for arm, tree in trees.items():
                 if not tree.cwd.is_dir():
-                    raise UsageError(f"--ref-{arm}: {tree.ref} has no folder {tree.cwd.name}")
+                    sub = tree.cwd.relative_to(tree.root)
+                    raise UsageError(f"--ref-{arm}: {tree.ref} has no folder {sub}")
             yield {
                 arm: ScriptArm(cmd, t.cwd, envs.get(arm, {}), t.ref, t.commit)
                 for arm, t in trees.items()
