@@ -43,6 +43,7 @@ def result(
     activations: float = 64 * MIB,
     spread: float = 0.0,
     seed: int = 0,
+    slow: float = 1.0,
 ) -> Result:
     """A training result: the stage times (the same for every `activations`: time unchanged)
     and the memory metrics of the shared contract, `n` values a side over `processes` fresh
@@ -53,7 +54,7 @@ def result(
     rep = [i % processes for i in range(n)] if processes else None
     total = np.zeros(n)
     for stage, base in STAGES.items():
-        v = base * times.lognormal(0.0, 0.02, n)
+        v = base * slow * times.lognormal(0.0, 0.02, n)
         total += v
         meta = {"group": GROUP, "role": "stage", "stage": stage}
         r.add_metric(Metric(f"{GROUP}.{stage}", "s", False, v, replicate=rep, meta=meta))
@@ -168,6 +169,34 @@ def test_memory_takes_no_part_in_the_time_gatekeeping():
     assert rows[f"{GROUP}.mem.peak"].stat.threshold == cfg.memory_threshold
     assert rows[f"{GROUP}.mem.peak"].stat.gated is False
     assert rows[f"{GROUP}.forward"].stat.gated is True  # its total did not move
+
+
+def test_machine_drift_holds_back_the_times_never_the_memory():
+    """Every stage ×1.3 alike is the signature of machine drift: the times' verdicts are held
+    back; a slower machine does not hold more bytes, so memory's verdict stands."""
+    new = result(processes=4, activations=128 * MIB, slow=1.3)
+    comp = cmp.compare_results(result(processes=4), new, FAST)
+    rows = _by_name(comp)
+    assert comp.drift["signatures"] and rows[f"{GROUP}.forward"].verdict == "inconclusive"
+    assert rows[f"{GROUP}.mem.forward"].verdict == "regressed"
+    assert rows[f"{GROUP}.mem.forward"].reason is None
+
+
+def test_common_mode_drift_adjusts_the_times_never_the_memory():
+    """The control kernel moved ×1.5 with every stage: the times are judged drift-adjusted,
+    memory on its measured bytes (its ratio stays 2, no raw figures beside it)."""
+    old, new = result(processes=4), result(processes=4, activations=128 * MIB, slow=1.5)
+    for r, k in ((old, 1.0), (new, 1.5)):
+        ctl = 1e-3 * k * np.random.default_rng(3).lognormal(0.0, 0.002, 10)
+        meta = {"group": "control", "role": "control", "kernel": "matmul", "threads": 1}
+        r.add_metric(Metric("control.matmul", "s", False, ctl, replicate=[i % 4 for i in
+                            range(10)], meta=meta))  # fmt: skip
+    comp = cmp.compare_results(old, new, FAST)
+    rows = _by_name(comp)
+    assert comp.drift["adjusted"] and rows[f"{GROUP}.step"].raw is not None
+    assert rows[f"{GROUP}.mem.forward"].stat.ratio == pytest.approx(2.0)
+    assert rows[f"{GROUP}.mem.forward"].raw is None
+    assert rows[f"{GROUP}.mem.forward"].verdict == "regressed"
 
 
 def test_cli_compare_fails_on_a_memory_regression(tmp_path: Path):
