@@ -120,6 +120,7 @@ class Hooks:
         self._choose = choose_marker
         self._tid = threading.get_ident()
         self._undo: list[Callable[[], None]] = []
+        self._stepping = 0  # optimizer steps inside the step wrapper (its hooks then idle)
 
     def install(self) -> Hooks:
         import torch
@@ -150,6 +151,7 @@ class Hooks:
         self._wrap_h2d(torch.Tensor, "to")
         self._wrap_h2d(torch.Tensor, "cuda")
         self._wrap_init(opt.Optimizer)
+        self._wrap_step_factory(opt.Optimizer)
         _ACTIVE.append(self.rec)
         return self
 
@@ -259,12 +261,38 @@ class Hooks:
             rec.end()
         return None
 
+    def _wrap_step_factory(self, owner: Any) -> None:
+        """torch wraps each optimizer class's `step` once, at its first instance, in
+        `Optimizer.profile_hook_step` (a profiler range around the step hooks). Wrapping that
+        factory times the whole `step()` call, the range's own cost included; the global step
+        hooks then stand by for a class wrapped before the hooks were installed."""
+        factory = owner.__dict__["profile_hook_step"].__func__
+        rec, mine, hooks = self.rec, self._mine, self
+
+        def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
+            stepped = factory(func)
+
+            @functools.wraps(stepped)
+            def step(*args: Any, **kwargs: Any) -> Any:
+                if rec.busy or not mine() or not rec.begin("opt"):
+                    return stepped(*args, **kwargs)
+                hooks._stepping += 1
+                try:
+                    return stepped(*args, **kwargs)
+                finally:
+                    hooks._stepping -= 1
+                    rec.opt_post()
+
+            return step
+
+        self._patch(owner, "profile_hook_step", staticmethod(profile_hook_step))
+
     def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self.rec.busy and self._mine():
+        if not self._stepping and not self.rec.busy and self._mine():
             self.rec.begin("opt")
 
     def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self.rec.busy and self._mine():
+        if not self._stepping and not self.rec.busy and self._mine():
             self.rec.opt_post()
 
 
