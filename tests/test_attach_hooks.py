@@ -3,6 +3,7 @@ a real tiny loop in this process with the torch hooks installed."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -324,6 +325,33 @@ def test_real_loop_gives_one_record_per_optimizer_step(installed: Any) -> None:
         assert step.stages["forward"] > 0 and step.stages["backward"] > 0
         assert step.total_s == pytest.approx(sum(step.stages.values()) + step.residual_s)
     assert sum(s.eval_s for s in sink.steps) > 0  # the eval forward after each epoch
+
+
+def test_the_optimizer_stage_is_the_whole_step_call(installed: Any) -> None:
+    h, sink = installed
+
+    class FreshSGD(torch.optim.SGD):  # a class torch wraps only now, under the hooks
+        pass
+
+    model = torch.nn.Linear(4, 1)
+    opt = FreshSGD(model.parameters(), lr=0.1)
+    spin = 0.002
+
+    def slow_pre_hook(*_: Any) -> None:  # inside step(), before the update
+        end = time.perf_counter() + spin
+        while time.perf_counter() < end:
+            pass
+
+    opt.register_step_pre_hook(slow_pre_hook)
+    for _ in range(4):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    model(torch.ones(2, 4))
+    assert h._stepping == 0 and len(sink.steps) == 4
+    assert FreshSGD.step.__code__.co_filename == hooks.__file__  # mlb's wrapper, outermost
+    assert all(s.stages["optimizer"] >= spin for s in sink.steps)
+    assert all(s.boundary == "optimizer" for s in sink.steps)
 
 
 def test_hooks_change_nothing_the_script_sees(installed: Any) -> None:
