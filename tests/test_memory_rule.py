@@ -377,6 +377,8 @@ def test_cli_ab_a_wider_layer_doubles_the_activations(tmp_path, store):
     assert 1.8 < mem["mem.forward"]["median_new"] / mem["mem.forward"]["median_old"] < 2.2
     assert data["memory"]["named"] == "forward" and data["verdict"] == "regressed"
     assert load_result(out, kinds=["ab"]).data["memory"]["named"] == "forward"
+    assert "memory B vs A" in res.stderr and "forward ◀" in res.stderr
+    assert all(len(line) <= 80 for line in res.stderr.splitlines()), res.stderr
 
 
 def test_report_compare_shows_the_memory_rows_and_the_stage(tmp_path, store):

@@ -96,11 +96,32 @@ def _arm_line(d: AbData, arm: str) -> str:
     return f"{arm.upper()}: {escape('; '.join(parts))}"
 
 
+def memory_table(d: AbData) -> Table:
+    """Memory B against A by the memory rule (runners.ab_memory): A, B, the change, verdict."""
+    mem = d.memory
+    assert mem is not None
+    title = f"memory B vs A, band ±{fmt.percent(mem.threshold)}"
+    table = compact_table(title, caption="◀ the stage named; bytes each stage left held")
+    table.add_column("metric", no_wrap=True)
+    for header in ("A", "B", "B/A−1"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for r in mem.metrics:
+        name = r.metric.removeprefix("mem.") + (" ◀" if r.named else "")
+        own = r.delta / r.median_old if r.median_old and r.delta is not None else r.change
+        table.add_row(name, fmt.value(r.median_old, "B"), fmt.value(r.median_new, "B"),
+                      fmt.signed_percent(own), _verdict(r.verdict))  # fmt: skip
+    return table
+
+
 def render(result: Result, ui: Ui) -> None:
     d = ab_data(result)
     for arm in ("a", "b"):
         ui.print(_arm_line(d, arm))
     ui.print(ab_table(result))
+    if d.memory is not None:  # issue 28: the arms' memory, by the memory rule
+        ui.print(memory_table(d))
+        ui.print(escape(d.memory.sentence))
     if d.dropped:
         last = escape(d.dropped[-1].error)
         ui.print(f"{len(d.dropped)} pairs dropped (a turn failed); last: {last}")
