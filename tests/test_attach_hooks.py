@@ -457,3 +457,16 @@ def test_on_cuda_the_stages_are_device_time_read_without_synchronizing(
     assert 2.5 < sorted(ratios)[len(ratios) // 2] < 3.5
     assert all(s.stages["h2d"] > 0 for s in steps)
     assert all(abs(s.residual_s) < 0.1 * s.total_s for s in steps)
+
+
+def test_training_starts_at_the_first_backward_before_any_whole_step() -> None:
+    loop = Loop()
+    started: list[int] = []
+    loop.sink.on_training_started = lambda: started.append(len(loop.sink.steps))  # type: ignore[attr-defined]
+    loop.rec.optimizer_created()
+    loop.span("fwd", 0.001, samples=4)
+    assert started == []
+    loop.span("bwd", 0.001)  # the first of 64 micro-batches: no step for a while yet
+    loop.span("fwd", 0.001, samples=4)
+    loop.span("bwd", 0.001)
+    assert started == [0]

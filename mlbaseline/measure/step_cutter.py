@@ -180,6 +180,7 @@ class Recorder:
         self._queue: deque[_Closed] = deque()
         self._closure = False  # an optimizer step's closure is running
         self._in_loss = False  # after a train forward, before its backward
+        self._training = False  # a backward or an optimizer step has been seen
         self._undo: tuple[tuple[str, str], int | None] = (self._prev, None)
 
     # ------------------------------------------------------------ events
@@ -291,7 +292,17 @@ class Recorder:
             self._prev, self._pending = ("opt", "end"), None
             self._optimizer_end()
 
+    def _trained(self) -> None:
+        """The first backward or optimizer step: training has begun (a sink may say so before
+        the first step is whole: accumulation or a manual update take more than one)."""
+        self._training = True
+        started = getattr(self.sink, "on_training_started", None)
+        if started is not None:
+            started()
+
     def _optimizer_end(self) -> None:
+        if not self._training:
+            self._trained()
         self._closure = False
         self.mode = "optimizer"
         self._step.candidate = len(self._step.segs)
@@ -356,6 +367,8 @@ class Recorder:
         self._last = mark
 
     def _backward_end(self) -> None:
+        if not self._training:
+            self._trained()
         step = self._step
         step.backwards += 1
         step.need_samples = True

@@ -166,6 +166,7 @@ class MeasureSink:
         self._window: list[float] = []
         self._probe: Any = None
         self.meter: Any = None
+        self._started = False
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str], emit: Emit) -> MeasureSink:
@@ -183,7 +184,7 @@ class MeasureSink:
         from mlbaseline.measure.timers import StepTimes
 
         if not self.steps:
-            self.emit({"event": "first_step"})
+            self.on_training_started()
             self._start_telemetry()
             self._start_meter()
         elif self.meter is not None:
@@ -197,6 +198,13 @@ class MeasureSink:
             self.emit({"event": "measuring"})
         if self.loop.done:
             self.finish()
+
+    def on_training_started(self) -> None:
+        """The first backward or optimizer step (before the first whole step): the parent's
+        first-step timeout is met."""
+        if not self._started:
+            self._started = True
+            self.emit({"event": "first_step"})
 
     def _start_meter(self) -> None:
         from mlbaseline.measure.memory import make_memory_meter
