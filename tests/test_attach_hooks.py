@@ -196,6 +196,24 @@ def test_closure_optimizer_cuts_the_forward_and_backward_inside_it() -> None:
     assert step.residual_s == approx(0.0)
 
 
+def test_a_move_between_backward_and_update_leaves_the_rest_to_the_optimizer() -> None:
+    loop = Loop()
+    loop.rec.optimizer_created()
+    for _ in range(3):
+        loop.span("data", 0.001)
+        loop.span("fwd", 0.002, samples=4)
+        loop.span("bwd", 0.002)
+        loop.gap(0.0004)
+        loop.span("h2d", 0.0001)  # a logged value's move, say
+        loop.gap(0.0005)
+        loop.span("opt", 0.001)
+    loop.span("data", 0.001)
+    step = loop.sink.steps[1]
+    assert step.stages["optimizer"] == approx(0.0019)
+    assert step.stages["h2d"] == approx(0.0001)
+    assert step.residual_s == approx(0.0)
+
+
 def test_an_h2d_that_moves_nothing_leaves_the_stage_it_interrupted() -> None:
     loop = Loop()
     loop.rec.optimizer_created()
@@ -272,9 +290,10 @@ def test_to_device_reads_the_target_cheaply() -> None:
     assert hooks._to_device((), {"device": d("cuda", 0)}, t, d)
     assert hooks._to_device((0,), {}, t, d)
     assert not hooks._to_device((torch.float16,), {}, t, d)
-    assert not hooks._to_device(("cpu",), {}, t, d)
+    assert hooks._to_device(("cpu",), {}, t, d)  # a CPU-only run's batch move
+    assert hooks._to_device((torch.zeros(1),), {}, t, d)
     assert not hooks._to_device((), {"dtype": torch.float16}, t, d)
-    assert not hooks._to_device((torch.zeros(1),), {}, t, d)
+    assert not hooks._to_device((), {}, t, d)
 
 
 # ---------------------------------------------------------------- the real hooks, in-process

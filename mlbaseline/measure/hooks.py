@@ -9,7 +9,8 @@ What is hooked (`install`, in the script's own interpreter, before its first lin
   "backward"), and the time from there to the next forward, less its data wait and h2d, is
   its `optimizer` stage (the manual update);
 - **data wait**: the time inside `DataLoader`'s iterator `__next__`;
-- **h2d**: `Tensor.to` / `Tensor.cuda` of a CPU tensor that lands on another device;
+- **h2d**: `Tensor.to(device)` / `Tensor.cuda` of a CPU tensor outside the other stages (the
+  batch's move; on a CPU-only run a move to the CPU, a near no-op: still the script's h2d);
 - **forward**: the outermost `nn.Module` call (global forward pre/post hooks) while grad is
   enabled and the module trains; a call with grad disabled or in eval mode is **eval**, kept
   apart: never in a step (subtracted from its interval), with the data it drew;
@@ -86,18 +87,18 @@ def _seq_first(module: Any) -> bool:
 
 
 def _to_device(args: tuple[Any, ...], kwargs: dict[str, Any], tensor: type, device: type) -> bool:
-    """Whether `Tensor.to(*args, **kwargs)` names a device other than the CPU (a dtype, a
-    CPU device or none: not a host-to-device copy)."""
+    """Whether `Tensor.to(*args, **kwargs)` moves the tensor to a device it names: the CPU
+    too (a CPU-only run's batch move, a near no-op, is still its h2d step); a dtype alone is
+    a cast, not a move."""
     target = kwargs.get("device") if "device" in kwargs else args[0] if args else None
     if isinstance(target, tensor):
-        target = target.device
-    if isinstance(target, str):
-        return not target.startswith("cpu")
-    if isinstance(target, device):
-        return target.type != "cpu"
+        return True
+    if isinstance(target, (str, device)):
+        return True
     return isinstance(target, int) and not isinstance(target, bool)
 
 
+CLIP_NAMES = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
 _ACTIVE: list[Recorder] = []  # recorders installed in this process (a fork disables them)
 
 
@@ -146,8 +147,14 @@ class Hooks:
         self._wrap(torch.autograd, "backward", "bwd")
         self._wrap(opt.Optimizer, "zero_grad", "aux")
         self._wrap(mod.Module, "zero_grad", "aux")
-        self._wrap(clip_mod, "clip_grad_norm_", "aux")
-        self._wrap(torch.nn.utils, "clip_grad_norm_", "aux")
+        # gradient clipping, by any of its names (accelerate calls the two halves itself)
+        for owner, names in (
+            (clip_mod, (*CLIP_NAMES, "_get_total_norm", "_clip_grads_with_norm_")),
+            (torch.nn.utils, (*CLIP_NAMES, "get_total_norm", "clip_grads_with_norm_")),
+        ):
+            for name in names:
+                if callable(getattr(owner, name, None)):
+                    self._wrap(owner, name, "aux")
         self._wrap_h2d(torch.Tensor, "to")
         self._wrap_h2d(torch.Tensor, "cuda")
         self._wrap_init(opt.Optimizer)
@@ -201,13 +208,13 @@ class Hooks:
                 return orig(self, *args, **kwargs)
             if not rec.begin("h2d"):
                 return orig(self, *args, **kwargs)
-            moved = False
+            done = False
             try:
                 out = orig(self, *args, **kwargs)
-                moved = getattr(out, "device", None) is not None and out.device.type != "cpu"
+                done = True
                 return out
             finally:
-                rec.end(keep=moved)
+                rec.end(keep=done)  # a move that raised was none
 
         self._patch(owner, name, wrapper)
 

@@ -181,6 +181,7 @@ class Recorder:
         self._closure = False  # an optimizer step's closure is running
         self._in_loss = False  # after a train forward, before its backward
         self._training = False  # a backward or an optimizer step has been seen
+        self._window: int | None = None  # the first segment since the last backward's end
         self._undo: tuple[tuple[str, str], int | None] = (self._prev, None)
 
     # ------------------------------------------------------------ events
@@ -239,6 +240,7 @@ class Recorder:
                 step = self._step
         if kind == "efwd":
             self._eval_edge(kind)  # the time up to an eval forward is eval's
+        self._open_window(kind)
         self._cut(self._gap(kind))
         if kind != "efwd":
             self._eval_edge(kind)  # the time up to a train forward's data is eval's
@@ -247,6 +249,8 @@ class Recorder:
             self._pending = len(self._step.segs)
         if kind in ("bwd", "data", "fwd", "efwd", "opt"):
             self._in_loss = False
+        if kind in ("data", "fwd", "efwd", "lossmod"):
+            self._window = None  # the next micro-batch: what came since was no update
         if kind == "fwd":
             step.forward_seen = True
             self.add_samples(samples)
@@ -288,6 +292,7 @@ class Recorder:
             self.end()
         elif self.open is None and self._closure:
             # the step ran a closure: the optimizer stage is its last backward's end to here
+            self._open_window("opt")
             self._cut(self._gap("opt"))
             self._prev, self._pending = ("opt", "end"), None
             self._optimizer_end()
@@ -334,14 +339,17 @@ class Recorder:
             return "optimizer"  # the manual update: backward's end to the next forward
         if prev == ("opt", "begin"):
             return "optimizer"  # inside optimizer.step(closure), before the closure's forward
-        if (
-            kind in ("opt", "aux")
-            and prev[1] == "end"
-            and prev[0] in ("bwd", "opt", "aux")
-            and step.candidate is None
-        ):
-            return "optimizer"
+        if kind in ("opt", "aux") and self._window is not None and step.candidate is None:
+            return "optimizer"  # the last backward's end to the update (an h2d cut out)
         return RESIDUAL
+
+    def _open_window(self, kind: str) -> None:
+        """Before an optimizer step or a zero_grad / clipping after a backward: the time since
+        that backward's end is the optimizer's (a `.to()` in between cut out as h2d)."""
+        if kind in ("opt", "aux") and self._window is not None and self._step.candidate is None:
+            for seg in self._step.segs[self._window :]:
+                if seg.label == RESIDUAL:
+                    seg.label = "optimizer"
 
     def _eval_edge(self, kind: str) -> None:
         """An eval forward opens an eval stretch (the data drawn for it included); a train
@@ -384,6 +392,7 @@ class Recorder:
                 step.segs = step.segs[step.cut :]
                 step.backwards, step.samples = 1, step.samples[-1:]
                 self._close(len(step.segs), "backward")
+        self._window = len(self._step.segs)
 
     def _close(self, upto: int, boundary: str) -> None:
         step = self._step
@@ -392,7 +401,7 @@ class Recorder:
         micro = step.backwards if boundary == "optimizer" else 1
         closed = _Closed(step.segs[:upto], max(micro, 1), step.samples, boundary)
         rest = _Step(segs=step.segs[upto:])
-        self._step, self._pending = rest, None
+        self._step, self._pending, self._window = rest, None, None
         self._queue.append(closed)
 
     def _drain(self) -> None:
