@@ -308,3 +308,30 @@ def test_a_then_that_does_not_exist_is_refused() -> None:
 
     with pytest.raises(UsageError, match="--then: 'later'"):
         attach.run_attach(resolve(None), attach.AttachOptions(["python"], then="later"))
+
+
+def test_processes_pool_with_the_auto_plans_decision(tmp_path: Path) -> None:
+    from mlbaseline.runners.replicate_plan import Plan
+
+    (tmp_path / "fast.yaml").write_text(FAST)
+    cfg = resolve(tmp_path / "fast.yaml")
+    outcomes = []
+    for i, total in enumerate((0.010, 0.0101, 0.0099)):
+        sink = attach_child.MeasureSink(cfg, lambda e: None, tmp_path / f"r{i}.json", {})
+        for step in _steps(200, total):
+            sink.on_step(step)
+            if sink.done:
+                break
+        result = load_result(tmp_path / f"r{i}.json", ["throughput"])
+        outcomes.append(attach.ChildOutcome(result, "stopped by SIGINT (exit code -2)", -2))
+    plan = Plan(min_k=3, max_k=10, target=0.05, budget_s=1000.0)
+    assert attach._plan_stop(outcomes[:2], [1.0, 1.0], plan) is None  # below min_k
+    block = attach._plan_stop(outcomes, [1.0, 1.0, 1.0], plan)
+    assert block is not None and block["stop"] == "target"
+    meta = {"command": ["python", "t.py"], "then": "stop"}
+    pooled = attach._pooled(cfg, outcomes, block, meta)
+    assert set(pooled.measurements["train.bs8.step"].replicate or []) == {0, 1, 2}
+    assert pooled.data["replicate_plan"]["replicates"] == 3
+    assert pooled.data["attach"]["ended"] == "stopped by SIGINT (exit code -2)"
+    assert pooled.data["attach"]["exit_codes"] == [-2, -2, -2]
+    assert "train.bs8.step" in pooled.data["noise"]
