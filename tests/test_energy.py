@@ -452,6 +452,21 @@ def test_energy_is_judged_like_time_in_compare():
     assert {m.name: m.verdict for m in same.metrics}["train.bs8.energy_per_step"] != "regressed"
 
 
+def test_energy_moves_alone_and_is_still_judged():
+    """A step that draws 30% more joules at the same speed (a power change) is tested on its
+    own: it is a headline, not held behind a step time that did not move."""
+    import numpy as np
+
+    from mlbaseline.comparison import compare_results
+    from mlbaseline.config import CompareConfig
+
+    rng = np.random.default_rng(11)
+    c = compare_results(_energy_result(rng, 1, 1), _energy_result(rng, 1, 1.3), CompareConfig())
+    verdicts = {m.name: m.verdict for m in c.metrics}
+    assert verdicts["train.bs8.step"] != "regressed"
+    assert verdicts["train.bs8.energy_per_step"] == "regressed"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="needs a CUDA device and NVML"

@@ -143,13 +143,26 @@ def judged_names(result: Result) -> list[str]:
 
 def gates(metas: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
     """Per metric (name -> its meta), the headline metric gatekeeping tests before it: the
-    total of its group; None for a total, and for a metric of a group without one (tested
-    with the totals)."""
+    total of its group; None for a total, for a group's J/step (energy is a headline of its
+    own) and for a metric of a group without one (tested with the totals)."""
     totals = {meta.get("group"): n for n, meta in metas.items() if meta.get("role") == "total"}
-    return {
-        n: None if meta.get("role") == "total" else totals.get(meta.get("group"))
+    # energy is its own headline: a step that costs 30% more joules at the same speed (a power
+    # change) must be tested, not held behind a step time that did not move. Per group, J/step
+    # is tested with the totals; J/sample follows it.
+    energy = {
+        meta.get("group"): n
         for n, meta in metas.items()
+        if meta.get("role") == "energy" and n.endswith(".energy_per_step")
     }
+
+    def gate(n: str, meta: Mapping[str, Any]) -> str | None:
+        if meta.get("role") == "total" or n in energy.values():
+            return None
+        if meta.get("role") == "energy":
+            return energy.get(meta.get("group"))
+        return totals.get(meta.get("group"))
+
+    return {n: gate(n, meta) for n, meta in metas.items()}
 
 
 def result_noise(result: Result, cfg: CompareConfig) -> dict[str, Any]:
