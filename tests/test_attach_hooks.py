@@ -399,6 +399,7 @@ def test_hooks_change_nothing_the_script_sees(installed: Any) -> None:
 
 def test_uninstall_puts_everything_back() -> None:
     before = (
+        torch.nn.Module.__call__,
         torch.Tensor.backward,
         torch.autograd.backward,
         torch.Tensor.to,
@@ -410,6 +411,7 @@ def test_uninstall_puts_everything_back() -> None:
     assert torch.Tensor.backward is not before[0]
     h.uninstall()
     after = (
+        torch.nn.Module.__call__,
         torch.Tensor.backward,
         torch.autograd.backward,
         torch.Tensor.to,
@@ -418,7 +420,7 @@ def test_uninstall_puts_everything_back() -> None:
         torch.utils.data.dataloader._BaseDataLoaderIter.__next__,
     )
     assert after == before
-    assert "to" not in torch.Tensor.__dict__ or torch.Tensor.__dict__["to"] is before[2]
+    assert "to" not in torch.Tensor.__dict__ or torch.Tensor.__dict__["to"] is before[3]
 
 
 def test_batch_of_a_sequence_first_model_reads_its_batch_dimension() -> None:

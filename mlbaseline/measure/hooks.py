@@ -11,8 +11,9 @@ What is hooked (`install`, in the script's own interpreter, before its first lin
 - **data wait**: the time inside `DataLoader`'s iterator `__next__`;
 - **h2d**: `Tensor.to(device)` / `Tensor.cuda` of a CPU tensor outside the other stages (the
   batch's move; on a CPU-only run a move to the CPU, a near no-op: still the script's h2d);
-- **forward**: the outermost `nn.Module` call (global forward pre/post hooks) while grad is
-  enabled and the module trains; a call with grad disabled or in eval mode is **eval**, kept
+- **forward**: the outermost `nn.Module` call (`Module.__call__` patched: global forward
+  hooks would send every inner module down torch's slow path) while grad is enabled and the
+  module trains; a call with grad disabled or in eval mode is **eval**, kept
   apart: never in a step (subtracted from its interval), with the data it drew;
 - **loss**: from the end of the forward to the start of the backward (a loss module's call,
   `nn.modules.loss._Loss`, is inside it, not a forward; a zero_grad there is optimizer);
@@ -42,6 +43,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 from mlbaseline.measure.step_cutter import (
@@ -122,6 +124,7 @@ class Hooks:
         self._tid = threading.get_ident()
         self._undo: list[Callable[[], None]] = []
         self._stepping = 0  # optimizer steps inside the step wrapper (its hooks then idle)
+        self._samples: int | None = None  # the batch size of the forward being begun
 
     def install(self) -> Hooks:
         import torch
@@ -133,11 +136,8 @@ class Hooks:
         self._loss_type = torch.nn.modules.loss._Loss
         self._grad_enabled = torch.is_grad_enabled
         self._tensor = torch.Tensor
+        self._wrap_call(mod.Module)
         handles = [
-            mod.register_module_forward_pre_hook(self._forward_pre),
-            mod.register_module_forward_hook(
-                self._forward_post, with_kwargs=True, always_call=True
-            ),
             opt.register_optimizer_step_pre_hook(self._opt_pre),
             opt.register_optimizer_step_post_hook(self._opt_post),
         ]
@@ -231,42 +231,47 @@ class Hooks:
 
     # ------------------------------------------------------------ module and optimizer hooks
 
-    def _forward_pre(self, module: Any, args: tuple[Any, ...]) -> None:
-        # a global pre hook sees no keyword arguments: a forward called with keywords only
-        # (a Hugging Face model's **batch) gets its batch size in the post hook
-        rec = self.rec
-        if not self._mine():
-            return None
-        if rec.busy:
-            rec.inner += 1
-            return None
+    def _wrap_call(self, owner: Any) -> None:
+        """`nn.Module.__call__`, patched rather than global forward hooks (which send every
+        module call down torch's slow path): the outermost call is timed, a call inside any
+        other interval goes straight on (the call stack does the nesting)."""
+        orig = owner.__call__
+        rec, tid, hooks = self.rec, self._tid, self
+
+        @functools.wraps(orig)
+        def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if rec.busy or rec.off or get_ident() != tid:
+                return orig(module, *args, **kwargs)
+            if not rec.begin(hooks._kind(module, args, kwargs), hooks._samples):
+                return orig(module, *args, **kwargs)
+            try:
+                return orig(module, *args, **kwargs)
+            finally:
+                rec.end()
+
+        self._patch(owner, "__call__", call)
+
+    def _kind(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """A module call's interval: a loss module's, an eval forward, or a train forward
+        (whose batch size and, the first time, device it reads)."""
+        self._samples = None
         if isinstance(module, self._loss_type):
-            rec.begin("lossmod")
-            return None
+            return "lossmod"
         if not (module.training and self._grad_enabled()):
-            rec.begin("efwd")
-            return None
-        samples = batch_of(module, args, {}) if rec.need_samples else None
+            return "efwd"
+        rec = self.rec
+        if rec.need_samples:
+            self._samples = batch_of(module, args, kwargs)
         if not rec.marker_chosen:
-            chosen = self._choose(self._on_gpu(module, args, {})) if self._choose else None
+            chosen = self._choose(self._on_gpu(module, args, kwargs)) if self._choose else None
             rec.switch_marker(chosen)
-        rec.begin("fwd", samples)
-        return None
+        return "fwd"
 
     def _on_gpu(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, self._tensor)]
         first = next(iter(module.parameters()), None)
         tensors += [first] if first is not None else []
         return any(t.device.type == "cuda" for t in tensors)
-
-    def _forward_post(self, module: Any, args: Any, kwargs: Any, output: Any = None) -> None:
-        # on an exception in the forward, torch calls it without the output
-        rec = self.rec
-        if self._mine():
-            if rec.open == "fwd" and not rec.inner and rec.need_samples and kwargs:
-                rec.add_samples(batch_of(module, (), kwargs))
-            rec.end()
-        return None
 
     def _wrap_step_factory(self, owner: Any) -> None:
         """torch wraps each optimizer class's `step` once, at its first instance, in

@@ -130,7 +130,7 @@ class CudaMarker:
         return float(a.elapsed_time(b)) / 1e3  # ms → s
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seg:
     label: str
     a: Any
@@ -168,6 +168,9 @@ class Recorder:
         self.sink, self.marker = sink, marker
         self.off = False
         self.open: str | None = None  # the outermost interval now open
+        # an interval is open that nothing else may cut (an optimizer step may: its closure);
+        # an attribute, not a property: every patched call reads it first
+        self.busy = False
         self.inner = 0  # module calls nested inside it
         self.mode = "undecided"  # "optimizer" | "backward" once known
         self.optimizers = 0
@@ -211,11 +214,6 @@ class Recorder:
         self._pending = None
         self._queue.clear()  # marks of the old clock: this one cannot read them
 
-    @property
-    def busy(self) -> bool:
-        """An interval is open that nothing else may cut (an optimizer step may: its closure)."""
-        return self.open is not None and self.open != "opt"
-
     def begin(self, kind: str, samples: int | None = None) -> bool:
         """An interval of `kind` starts; nested in an open one it is counted, not timed
         (`end()` must follow either way). False: the recorder is off."""
@@ -228,6 +226,7 @@ class Recorder:
             # optimizer.step(closure) runs the forward and backward itself (Lightning): they
             # are cut as usual, and the step's end closes the optimizer stage
             self.open, self._closure, self._prev = None, True, ("opt", "begin")
+            self.busy = False
         step = self._step
         if step.candidate is not None:
             if kind == "opt":  # a second optimizer in the same step: the step goes on
@@ -255,7 +254,9 @@ class Recorder:
             step.forward_seen = True
             self.add_samples(samples)
         self.open, self._prev = kind, (kind, "begin")
-        self._drain()
+        self.busy = kind != "opt"
+        if self._queue:
+            self._drain()
         return True
 
     def end(self, keep: bool = True) -> None:
@@ -265,12 +266,13 @@ class Recorder:
         if self.inner:
             self.inner -= 1
             return
-        kind, self.open = self.open, None
+        kind, self.open, self.busy = self.open, None, False
         if not keep:  # the time goes to whatever it interrupted
             segs = self._step.segs
             self._cut(segs[-1].label if segs else RESIDUAL)
             self._prev, self._pending = self._undo
-            self._drain()
+            if self._queue:
+                self._drain()
             return
         self._cut(LABEL[kind])
         self._prev = (kind, "end")
@@ -282,7 +284,8 @@ class Recorder:
             self._backward_end()
         elif kind == "opt":
             self._optimizer_end()
-        self._drain()
+        if self._queue:
+            self._drain()
 
     def opt_post(self) -> None:
         """An optimizer step returned (its post hook)."""
