@@ -31,7 +31,7 @@ def main() -> None:
     features, labels = torch.randn(2048, 256), torch.randint(0, 8, (2048,))
     loader = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
     model = nn.Sequential(
-        nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 8)
+        nn.Linear(256, 768), nn.GELU(), nn.Linear(768, 768), nn.GELU(), nn.Linear(768, 8)
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     optimizer.register_step_pre_hook(lambda *_: busy("optimizer"))

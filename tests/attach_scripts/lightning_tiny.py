@@ -39,7 +39,7 @@ class LitClassifier(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 4)
+            nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 4)
         )
         self.last_loss = float("nan")
 
@@ -67,7 +67,7 @@ def main() -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     pl.seed_everything(4, verbose=False)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
-    data = TensorDataset(torch.randn(1280, 256), torch.randint(0, 4, (1280,)))
+    data = TensorDataset(torch.randn(10240, 256), torch.randint(0, 4, (10240,)))
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -78,7 +78,7 @@ def main() -> None:
         enable_model_summary=False,
     )
     model = LitClassifier()
-    trainer.fit(model, DataLoader(data, batch_size=32, shuffle=True))
+    trainer.fit(model, DataLoader(data, batch_size=256, shuffle=True))
     finish(f"lightning steps={trainer.global_step} loss={model.last_loss:.4f}")
 
 

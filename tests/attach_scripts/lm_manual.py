@@ -17,7 +17,7 @@ import torch
 from _knobs import busy, configure, finish, steps
 from torch import nn
 
-BPTT, BATCH, VOCAB, CLIP = 35, 20, 500, 0.25
+BPTT, BATCH, VOCAB, CLIP = 16, 8, 200, 0.25
 
 
 class BusyBackward(torch.autograd.Function):
@@ -72,7 +72,7 @@ def main() -> None:
     torch.manual_seed(3)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
     train_data = batchify(torch.randint(0, VOCAB, (BATCH * (BPTT * 30 + 1),)), BATCH)
-    model, criterion, lr = RNNModel(VOCAB, 64, 128), nn.CrossEntropyLoss(), 5.0
+    model, criterion, lr = RNNModel(VOCAB, 32, 64), nn.CrossEntropyLoss(), 5.0
     total, done, epoch = steps(80), 0, 0
     while done < total:
         epoch += 1
