@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -289,13 +288,17 @@ def overhead(repo: Path, tmp: Path) -> list[Row]:
 
 
 def _traceml_steps(logs: Path) -> str:
-    """What traceml's summary says about steps (the plain loop is not instrumented by it)."""
+    """What traceml's summary says about steps (a plain loop is not instrumented by it)."""
     found = list(logs.rglob("final_summary.json"))
     if not found:
         return "no summary written"
-    if re.search(r'"common_steps"\s*:\s*0\b', found[0].read_text()):
-        return "none: traceml saw 0 steps of the unmodified loop (it needs trace_step there)"
-    return "summary has steps; its per-stage figures are not parsed by this bench"
+    doc = json.loads(found[0].read_text())
+    steps = doc.get("primary_diagnosis", {}).get("evidence", {}).get("steps_analyzed")
+    if not steps:
+        return (
+            f"none: traceml analysed {steps or 0} steps of the unmodified loop (needs trace_step)"
+        )
+    return f"traceml analysed {steps} steps; its per-stage figures are not parsed by this bench"
 
 
 def attach() -> list[Row]:
