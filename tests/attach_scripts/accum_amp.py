@@ -36,7 +36,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     optimizer.register_step_pre_hook(lambda *_: busy("optimizer"))
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.7)
-    total, done, epoch = steps(80), 0, 0
+    total, done, epoch = steps(64), 0, 0
     while done < total:
         epoch += 1
         model.train()

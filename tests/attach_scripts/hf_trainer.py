@@ -85,8 +85,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hf-trainer-test-") as out:
         args = TrainingArguments(
             output_dir=out,
-            per_device_train_batch_size=32,
-            max_steps=steps(80),
+            per_device_train_batch_size=64,
+            max_steps=steps(64),
             learning_rate=1e-3,
             seed=5,
             use_cpu=True,
@@ -95,7 +95,7 @@ def main() -> None:
             save_strategy="no",
             disable_tqdm=True,
         )
-        trainer = WeightedLossTrainer(model=model, args=args, train_dataset=SyntheticText(1024))
+        trainer = WeightedLossTrainer(model=model, args=args, train_dataset=SyntheticText(2048))
         trainer.remove_callback(PrinterCallback)  # its end-of-training line has timings in it
         result = trainer.train()
     print(f"global_step {result.global_step}", flush=True)

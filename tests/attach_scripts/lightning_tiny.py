@@ -67,18 +67,18 @@ def main() -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     pl.seed_everything(4, verbose=False)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
-    data = TensorDataset(torch.randn(10240, 256), torch.randint(0, 4, (10240,)))
+    data = TensorDataset(torch.randn(20480, 256), torch.randint(0, 4, (20480,)))
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
-        max_steps=steps(80),
+        max_steps=steps(64),
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     model = LitClassifier()
-    trainer.fit(model, DataLoader(data, batch_size=256, shuffle=True))
+    trainer.fit(model, DataLoader(data, batch_size=512, shuffle=True))
     finish(f"lightning steps={trainer.global_step} loss={model.last_loss:.4f}")
 
 

@@ -73,7 +73,7 @@ def main() -> None:
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread keeps steps steady
     train_data = batchify(torch.randint(0, VOCAB, (BATCH * (BPTT * 30 + 1),)), BATCH)
     model, criterion, lr = RNNModel(VOCAB, 32, 64), nn.CrossEntropyLoss(), 5.0
-    total, done, epoch = steps(80), 0, 0
+    total, done, epoch = steps(64), 0, 0
     while done < total:
         epoch += 1
         model.train()

@@ -45,7 +45,7 @@ def main() -> None:
     )
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    total, done, epoch = steps(80), 0, 0
+    total, done, epoch = steps(64), 0, 0
     while done < total:
         epoch += 1
         model.train()
