@@ -91,9 +91,8 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_attach_measures_a_plain_script_leaving_its_output_alone(project: Path) -> None:
-    run = _mlb(
-        project, "attach", "-c", "fast.yaml", "-o", "a.json", "--", sys.executable, "train.py"
-    )
+    opts = ["-c", "fast.yaml", "--repeats", "1", "-o", "a.json"]
+    run = _mlb(project, "attach", *opts, "--", sys.executable, "train.py")
     assert run.returncode == 0, run.stderr
     # the script's stdout is exactly its own: stopped after the stop rule (SIGINT), so it
     # never printed its last line, and mlb printed nothing there
@@ -114,19 +113,24 @@ def test_attach_measures_a_plain_script_leaving_its_output_alone(project: Path) 
     assert compare.returncode in (0, 1), compare.stderr
 
 
-def test_repeats_pool_fresh_processes_and_continue_lets_the_script_finish(project: Path) -> None:
+def test_repeats_pool_fresh_processes_and_continue_lets_the_last_finish(project: Path) -> None:
     opts = ["-c", "fast.yaml", "--repeats", "2", "--then", "continue", "--json", "b.json"]
     run = _mlb(project, "attach", *opts, "--no-history", "--", sys.executable, "train.py", "120")
     assert run.returncode == 0, run.stderr
-    assert run.stdout.count("script: trained 120 steps\n") == 2  # each process trained on
+    # the first process is stopped once measured; the last one trains on to its end
+    assert run.stdout.count("script: starting\n") == 2
+    assert run.stdout.count("script: trained 120 steps\n") == 1
     result = load_result(project / "b.json", ["throughput"])
     step = result.measurements["train.bs4.step"]
     assert set(step.replicate or []) == {0, 1}
     assert result.data["repeats"] == 2
     assert "train.bs4.step" in result.data["noise"]
     block = result.data["attach"]
-    assert block["then"] == "continue" and block["exit_codes"] == [0, 0]
-    assert block["ended"] == "trained on unmeasured to its end (exit code 0)"
+    assert block["then"] == "continue" and block["exit_codes"][-1] == 0
+    assert block["exit_codes"][0] != 0  # stopped by SIGINT (a KeyboardInterrupt)
+    first, last = block["ended"].split("; ")
+    assert first.startswith("stopped by SIGINT")
+    assert last == "trained on unmeasured to its end (exit code 0)"
 
 
 def test_a_script_that_never_steps_is_killed_after_the_first_step_timeout(project: Path) -> None:

@@ -35,14 +35,16 @@ from mlbaseline.results import Result, write_result
 REPEATS_HELP = (
     "Fresh processes of the script, each measured by the stop rule, pooled: N, or auto (at "
     "least 5, until the median is known to throughput.repro_target, within "
-    "throughput.replicates_budget_s). Default 1."
+    "throughput.replicates_budget_s). Default: the config's throughput.repeats (auto), as "
+    "for mlb throughput; --repeats 1 for a single process (which mlb compare cannot decide on)."
 )
 JsonFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--json",
         metavar="PATH",
-        help="Also write the result JSON to PATH (never to stdout, which is the script's).",
+        help="Also write the result JSON to PATH (never to stdout, which is the script's): "
+        "the pooled result of all processes, once the last one has ended.",
         show_default=False,
     ),
 ]
@@ -63,7 +65,8 @@ class AttachCliOptions:
         opt(
             "--then",
             "Once measured: stop the script (SIGINT, then SIGTERM and SIGKILL after the grace) "
-            "or let it train on, unmeasured, and wait for it. Default stop.",
+            "or let it train on, unmeasured, and wait for it. Default stop. With several "
+            "processes only the last one trains on; the others are stopped once measured.",
             metavar=choices("stop", "continue"),
         ),
     ] = None
@@ -95,19 +98,22 @@ def attach(common: CommonOptions, o: AttachCliOptions) -> None:
     into data wait, h2d, forward, loss, backward and optimizer, with the residual reported
     and eval kept apart. Warm-up detection, the stop rule, telemetry, the result file (kind
     throughput, source attach) and the history are those of mlb throughput. Once measured,
-    the script is stopped (SIGINT, then SIGTERM after --grace-s) unless --then continue. Its
-    stdout and stderr are its own. --repeats N|auto measures N fresh processes, pooled, so
-    that mlb compare of two such results can decide. Exit 2 when no step comes within
+    the script is stopped (SIGINT, then SIGTERM after --grace-s) unless --then continue (with
+    several processes: the last one only). Its stdout and stderr are its own. Like mlb
+    throughput, it measures throughput.repeats fresh processes (auto by default: at least 5,
+    pooled) so that mlb compare of two such results can decide; --repeats 1 runs one.
+    Memory per step is measured too: the peak, and per stage the bytes it left held
+    (forward: the activations). Exit 2 when no step comes within
     --first-step-timeout or the script fails before it is measured (its exit code and last
     stderr lines are in the message).
 
-    Example: mlb attach --repeats 5 -o base.json -- python train.py --epochs 1
+    Example: mlb attach -o base.json -- python train.py --epochs 1
     """
     json_path = common.json_out if isinstance(common.json_out, Path) else None
     output = common.output or json_path
     shared = dataclasses.replace(common, json_out=False, output=output)
     overrides = {
-        "throughput.repeats": parse_repeats(o.repeats) or 1,
+        "throughput.repeats": parse_repeats(o.repeats),  # None: the config's (auto)
         "throughput.min_time_s": o.min_time,
     }
 

@@ -32,6 +32,12 @@ forward runs on a GPU, whose times are read only once the step's last event has 
 (`query()`, polled at the boundaries): nothing in the hot path synchronizes. Steps wait in a
 small queue until then; a step is handed over at the next step's first boundary.
 
+Memory (issue 28): with `memory=True` (the default) the cutter reads the per-step memory
+recorder of `measure.memory_step` (`make_step_memory`, the stage timer's) at every boundary:
+the CPU one (malloc's in-use bytes, peak RSS) until the first train forward finds the loop on
+a GPU, the CUDA one (the caching allocator's counters) from then on. Each step record then
+carries the bytes each stage left held (`forward`: the activations) and the step's peak.
+
 The hooks never change the script's behaviour: every patched function is called with the same
 arguments and its return value or exception passes through unchanged; only the main thread of
 the installing process records (a DataLoader worker forked from it records nothing).
@@ -46,6 +52,7 @@ from collections.abc import Callable
 from threading import get_ident
 from typing import Any
 
+from mlbaseline.measure.memory_step import StepMemoryRecorder, make_step_memory
 from mlbaseline.measure.step_cutter import (
     EVAL,
     RESIDUAL,
@@ -314,15 +321,23 @@ def default_marker(on_gpu: bool) -> Marker | None:
     return CudaMarker() if on_gpu else None
 
 
+def step_memory(kind: str) -> StepMemoryRecorder:
+    """The memory recorder for a marker's kind: the stage timer's, by device."""
+    return make_step_memory("cuda" if kind == "cuda" else "cpu")
+
+
 def install(
     sink: Sink,
     marker: Marker | None = None,
     choose_marker: Callable[[bool], Marker | None] | None = default_marker,
+    memory: bool | Callable[[str], StepMemoryRecorder | None] = True,
 ) -> Hooks:
     """Install the hooks in this process (imports torch); step records go to `sink.on_step`.
     `marker`: the clock until the first train forward, where `choose_marker(on_gpu)` picks
-    the loop's (None: keep `marker`)."""
-    rec = Recorder(sink, marker or CpuMarker())
+    the loop's (None: keep `marker`). `memory`: read the per-step memory recorder at the
+    boundaries (True: `step_memory`; or a function of the marker's kind)."""
+    memory_for = step_memory if memory is True else memory or None
+    rec = Recorder(sink, marker or CpuMarker(), memory_for)
     return Hooks(rec, choose_marker).install()
 
 
@@ -340,4 +355,5 @@ __all__ = [
     "batch_of",
     "default_marker",
     "install",
+    "step_memory",
 ]

@@ -7,20 +7,31 @@ nothing waits for the device). The marks cut the step's interval (previous step 
 step end) into contiguous segments, each labelled with a stage or `residual`, so the stages and
 the residual add up to the interval exactly; eval and the sink's own time are cut out. The
 rules that label the segments are in `measure.hooks`' docstring.
+
+Memory (issue 28), where the cutter has a recorder (`measure.memory_step`, the one the stage
+timer reads): its `current()` is read at every boundary, right after the mark, so each segment
+carries the bytes held at its two ends and a stage's held bytes are the sum over its segments of
+end − start (0 where a segment freed more than it allocated: the recorder's own rule); the
+recorder's step (`begin_step` / `end_step`: the peak, the reserved pool) runs from one step's
+close to the next. On the host clock each reading is cut out as a `memread` segment, counted in
+the residual, never in a stage; on CUDA events the host-side reads take no device time.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.memory_step import StepMemory, StepMemoryRecorder
 
 STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
 RESIDUAL = "residual"
 EVAL = "eval"
 MLB = "mlb"  # the sink's own time inside a hook: in no step
+MEMREAD = "memread"  # a memory reading's own time: the step's residual, never a stage
 # each interval's stage; "lossmod" is a loss module's call (inside the loss stage), "efwd" an
 # eval forward, "aux" zero_grad or gradient clipping
 LABEL = {
@@ -51,6 +62,7 @@ class HookStep:
     samples: int = 0
     boundary: str = "optimizer"
     batch_size: int = 0  # samples of the step's first micro-batch
+    memory: StepMemory | None = None  # held bytes per stage, the step's peak (with a recorder)
 
     @property
     def residual_s(self) -> float:
@@ -136,6 +148,8 @@ class _Seg:
     a: Any
     b: Any
     eval: bool = False
+    ma: int = 0  # bytes held at `a` and at `b` (with a memory recorder)
+    mb: int = 0
 
 
 @dataclass
@@ -144,6 +158,7 @@ class _Closed:
     micro_batches: int
     samples: list[int]
     boundary: str
+    memory: StepMemory | None = None
 
 
 @dataclass
@@ -162,10 +177,19 @@ class _Step:
 class Recorder:
     """The step cutter, fed boundary events by the hooks (or by a test, on a fake marker):
     `begin(kind)` / `end()` around an interval (`data`, `h2d`, `fwd`, `efwd`, `lossmod`,
-    `bwd`, `opt`, `aux`), `optimizer_created()`. Pure Python, no torch."""
+    `bwd`, `opt`, `aux`), `optimizer_created()`. Pure Python, no torch. `memory_for(kind)`:
+    the memory recorder for a marker's kind ("cpu", "cuda"; None: no memory)."""
 
-    def __init__(self, sink: Sink, marker: Marker) -> None:
+    def __init__(
+        self,
+        sink: Sink,
+        marker: Marker,
+        memory_for: Callable[[str], StepMemoryRecorder | None] | None = None,
+    ) -> None:
         self.sink, self.marker = sink, marker
+        self._memory_for = memory_for
+        self.memory = memory_for(marker.kind) if memory_for is not None else None
+        self._held = 0  # the recorder's reading at the last boundary
         self.off = False
         self.open: str | None = None  # the outermost interval now open
         # an interval is open that nothing else may cut (an optimizer step may: its closure);
@@ -211,6 +235,8 @@ class Recorder:
         if marker is None or marker is self.marker:
             return
         self.marker, self._last, self._step = marker, None, _Step()
+        if self._memory_for is not None:
+            self.memory = self._memory_for(marker.kind)
         self._pending = None
         self._queue.clear()  # marks of the old clock: this one cannot read them
 
@@ -268,8 +294,8 @@ class Recorder:
             return
         kind, self.open, self.busy = self.open, None, False
         if not keep:  # the time goes to whatever it interrupted
-            segs = self._step.segs
-            self._cut(segs[-1].label if segs else RESIDUAL)
+            label = next((g.label for g in reversed(self._step.segs) if g.label != MEMREAD), None)
+            self._cut(label or RESIDUAL)
             self._prev, self._pending = self._undo
             if self._queue:
                 self._drain()
@@ -371,11 +397,27 @@ class Recorder:
 
     def _cut(self, label: str) -> None:
         mark = self.marker.mark()
-        if self._last is None:  # the first boundary (on this marker): the first step starts
+        mem = self.memory
+        if mem is None:
+            if self._last is not None:
+                self._step.segs.append(_Seg(label, self._last, mark, self._eval))
             self._last = mark
             return
-        self._step.segs.append(_Seg(label, self._last, mark, self._eval))
-        self._last = mark
+        if self._last is None:  # the first boundary (on this marker): the first step starts
+            mem.begin_step()
+        held = mem.current()
+        if self._last is not None:
+            self._step.segs.append(_Seg(label, self._last, mark, self._eval, self._held, held))
+        self._last, self._held = mark, held
+        self._apart()
+
+    def _apart(self) -> None:
+        """On the host clock: the memory reading since the last mark, cut out as residual."""
+        if self.marker.kind == "cpu" and self._last is not None:
+            mark = self.marker.mark()
+            held = self._held
+            self._step.segs.append(_Seg(MEMREAD, self._last, mark, self._eval, held, held))
+            self._last = mark
 
     def _backward_end(self) -> None:
         if not self._training:
@@ -402,10 +444,16 @@ class Recorder:
         if upto == 0:
             return
         micro = step.backwards if boundary == "optimizer" else 1
-        closed = _Closed(step.segs[:upto], max(micro, 1), step.samples, boundary)
+        memory = None
+        if self.memory is not None:  # the step's peak; the next step's begins here
+            memory = self.memory.end_step()
+            self.memory.begin_step()
+        closed = _Closed(step.segs[:upto], max(micro, 1), step.samples, boundary, memory)
         rest = _Step(segs=step.segs[upto:])
         self._step, self._pending, self._window = rest, None, None
         self._queue.append(closed)
+        if memory is not None:
+            self._apart()
 
     def _drain(self) -> None:
         """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's
@@ -415,12 +463,15 @@ class Recorder:
             return
         self.flush()
         if self._last is not None and not self.off:
+            if self.memory is not None:  # what the sink allocated is in no stage
+                self._held = self.memory.current()
             mark = self.marker.mark()
             self._step.segs.append(_Seg(MLB, self._last, mark))
             self._last = mark
 
     def _resolve(self, closed: _Closed) -> HookStep:
         stages = dict.fromkeys(STAGES, 0.0)
+        held = dict.fromkeys(STAGES, 0)
         total = eval_s = 0.0
         seconds = self.marker.seconds
         for seg in closed.segs:
@@ -431,9 +482,13 @@ class Recorder:
                 eval_s += d
                 continue
             total += d
-            if seg.label != RESIDUAL:
+            if seg.label in stages:
                 stages[seg.label] += d
+                held[seg.label] += max(0, seg.mb - seg.ma)
         samples = closed.samples
+        memory = closed.memory
+        if memory is not None:
+            memory = replace(memory, held=held)
         return HookStep(
             total_s=total,
             stages=stages,
@@ -442,12 +497,14 @@ class Recorder:
             samples=sum(samples),
             boundary=closed.boundary,
             batch_size=samples[0] if samples else 0,
+            memory=memory,
         )
 
 
 __all__ = [
     "EVAL",
     "LABEL",
+    "MEMREAD",
     "MLB",
     "RESIDUAL",
     "STAGES",

@@ -17,9 +17,13 @@ Errors (`UsageError`, exit 2): no step within `first_step_timeout_s` (the script
 the script exits before the stop rule is met with a non-zero code (its code and last stderr
 lines) or with no step at all; the instrumentation cannot run in its interpreter.
 
-`repeats` (N or auto, `throughput.repeats`): N fresh processes, each measured by the stop rule,
-pooled like `mlb throughput --repeats` (`runners.throughput.replicates_result`; auto stops by
-`runners.replicate_plan`), so `mlb compare` of two attach results can decide.
+`repeats` (N or auto, `throughput.repeats`, auto by default like `mlb throughput`): N fresh
+processes, each measured by the stop rule, pooled like `mlb throughput --repeats`
+(`runners.throughput.replicates_result`; auto stops by `runners.replicate_plan`), so `mlb
+compare` of two attach results can decide. With `then` = `continue` and several processes only
+the last one trains on (the Nth; under auto the one after which the plan stops, decided as
+soon as its result is in): the others are stopped once measured, as with `stop`. The pooled
+result is returned once that last process has ended.
 """
 
 from __future__ import annotations
@@ -325,8 +329,11 @@ def attach_once(
     meta: Mapping[str, Any],
     index: int = 0,
     on_event: Callable[[str], None] = lambda kind: None,
+    last: Callable[[Result], bool] | None = None,
 ) -> ChildOutcome:
-    """Run the script once, attached, until its result is in and it has ended (`then`)."""
+    """Run the script once, attached, until its result is in and it has ended (`then`;
+    `last(result)`: whether this process is the last, the only one `continue` lets train on;
+    None: it is)."""
     out = folder / f"result-{index}.json"
     status_r, status_w = os.pipe()
     control_r, control_w = os.pipe()
@@ -350,7 +357,7 @@ def attach_once(
     tee = StderrTee(proc.stderr)
     try:
         seen = _watch(proc, StatusReader(status_r), options, on_event)
-        return _ending(proc, seen, options, tee, out, on_event)
+        return _ending(proc, seen, options, tee, out, on_event, last)
     except BaseException as exc:
         if isinstance(exc, Terminated):  # only mlb got it: pass it on
             with contextlib.suppress(ProcessLookupError):
@@ -371,6 +378,7 @@ def _ending(
     tee: StderrTee,
     out: Path,
     say: Callable[[str], None],
+    last: Callable[[Result], bool] | None = None,
 ) -> ChildOutcome:
     """After the child's last word: stop it or let it run on, then its outcome (or the
     error that it gave no result)."""
@@ -382,17 +390,17 @@ def _ending(
         if code != 0:
             raise UsageError(f"the script exited with code {code}{_tail_text(tee)}")
         raise UsageError("no training step seen: the script ended (is this a training script?)")
+    result = load_result(out, ["throughput"])  # written before "done"
     if seen.done.get("partial"):
         code = proc.wait()
         if code != 0:
             raise UsageError(f"the script exited with code {code}{_tail_text(tee)}")
         ended = f"ended on its own before the stop rule was met (exit code {code})"
-    elif options.then == "continue":
+    elif options.then == "continue" and (last is None or last(result)):
         ended = _train_on(proc, options.grace_s)
     else:
         say("stopping")
         ended = _stop(proc, options.grace_s)
-    result = load_result(out, ["throughput"])
     return ChildOutcome(result, ended, proc.returncode, tee.tail())
 
 
@@ -445,14 +453,46 @@ def run_attach(cfg: Config, options: AttachOptions, progress: Progress | None = 
                     elif kind == "stopping":  # the script's KeyboardInterrupt follows
                         progress.log("mlb attach: measured; stopping the script (SIGINT)")
 
-                outcomes.append(attach_once(options, folder, config_path, meta, r, said))
-                walls.append(time.perf_counter() - start)
+                last = _Last(r, n, plan, outcomes, walls, start)
+                outcomes.append(attach_once(options, folder, config_path, meta, r, said, last))
+                walls.append(last.wall if last.stop else time.perf_counter() - start)
                 task.advance()
                 if plan is not None:
-                    plan_block = _plan_stop(outcomes, walls, plan)
+                    plan_block = last.block if last.decided else _plan_stop(outcomes, walls, plan)
                     if plan_block is not None:
                         break
     return _pooled(cfg, outcomes, plan_block, meta)
+
+
+@dataclass
+class _Last:
+    """--then continue with several processes: whether process `r` is the last, the only one
+    that trains on: the Nth, or under auto the one after which the plan stops (decided as its
+    result comes in, on the processes so far; its wall up to then)."""
+
+    r: int
+    n: int
+    plan: Any
+    outcomes: list[ChildOutcome]
+    walls: list[float]
+    start: float
+    decided: bool = False
+    block: dict[str, Any] | None = None
+    wall: float = 0.0
+
+    @property
+    def stop(self) -> bool:
+        """The plan stopped after this process (decided here)."""
+        return self.block is not None
+
+    def __call__(self, result: Result) -> bool:
+        if self.r == self.n - 1 or self.plan is None:
+            return self.r == self.n - 1
+        self.wall = time.perf_counter() - self.start
+        so_far = [*self.outcomes, ChildOutcome(result, "", None)]
+        self.block = _plan_stop(so_far, [*self.walls, self.wall], self.plan)
+        self.decided = True
+        return self.block is not None
 
 
 def _plan_stop(

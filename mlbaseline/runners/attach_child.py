@@ -191,7 +191,7 @@ class MeasureSink:
             self.meter.update()
         warm = self.loop.warmup is not None
         self.steps.append(record)
-        times = StepTimes(record.total_s, dict(record.stages), record.total_s)
+        times = StepTimes(record.total_s, dict(record.stages), record.total_s, record.memory)
         self.loop.begin()
         self.loop.end(StepRecord(times, record.samples), record.total_s)
         if not warm and self.loop.warmup is not None:
