@@ -179,6 +179,9 @@ def test_api_results_get_no_cli_only_advice(tmp_path, name):
     assert "measure with --repeats" not in md and "mlb attach --repeats" in md
     assert "run the script" in md
     assert "the library API" in _headline(md) and "`mlb throughput" not in _headline(md)
+    # the script drew its own data: the config's default dataset is not described as it
+    assert "the script's own data" in _headline(md) and " px images" not in _headline(md)
+    assert " px images" in _headline(cli) and "the script's own data" not in _headline(cli)
     model = '"model": "' + str(result.config["workload"]["model"]) + '"'
     lightning = tmp_path / f"lightning-{name}"
     text = api.read_text(encoding="utf-8").replace(model, '"model": "lightning:demo.Net"')

@@ -76,6 +76,15 @@ def _dataset(ctx: ReportContext, w: Mapping[str, Any]) -> tuple[str, Mapping[str
     return text + (f" ({', '.join(parts)})" if parts else ""), facts
 
 
+def _own_loop(ctx: ReportContext) -> Result | None:
+    """The measuring result when the user's own script made it (the library API, the Lightning
+    callback, `mlb attach`): its config's dataset section is a default, not what the script
+    trained on, so the headline must not describe it."""
+    for r in ctx.of_kind("throughput"):
+        return None if source_of(r) == CLI else r
+    return None
+
+
 def _kl(ctx: ReportContext) -> str:
     """', mean KL 0.162 ≥ 0.05: fails': the subset's judgement against its full set."""
     facts = ctx.subset
@@ -141,12 +150,18 @@ def measured_lines(ctx: ReportContext) -> list[str]:
     w = _workload(ctx)
     data, facts = _dataset(ctx, w)
     model = w.get("model") or "model not recorded"
+    shape = _shape(w, facts)
+    own = _own_loop(ctx)
+    if own is not None:  # the user's script drew its own data: the config's dataset is not it
+        data, shape = "the script's own data", "input size not recorded"
+        attach = (own.data.get("attach") or {}) if source_of(own) == ATTACH else {}
+        model = str(attach.get("script") or model)
     times = [timestamp(r.created_at) for r in ctx.results if r.created_at]
     when = f"{min(times)} – {max(times)}" if len(set(times)) > 1 else (times[0] if times else "–")
     named = names_of([r.config for r in ctx.results])  # --name / --tag
     return [
         *([f"- **Run:** `{named}`"] if named else []),
-        f"- **Measured:** `{model}` on {data}, {_shape(w, facts)}, batch sizes "
+        f"- **Measured:** `{model}` on {data}, {shape}, batch sizes "
         f"{_batch_sizes(ctx)}, on {_device(ctx)}",
         f"- **Made by:** {_command(ctx)}; config hash {_hashes(ctx)}, as `mlb history show` "
         "gives it (the resolved config is in each result file)",
