@@ -421,7 +421,9 @@ def test_ref_a_ref_b_names_the_stage_and_removes_the_worktrees(repo: Path) -> No
     _no_worktrees_left(repo, proc.pid)
 
 
-def test_ctrl_c_exits_130_and_removes_the_worktrees(repo: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_exits_130_and_removes_the_worktrees(repo: Path, sig: int, code: int) -> None:
+    """Ctrl-C (and SIGTERM, handled alike) mid-run: the arms stopped, the worktrees gone."""
     out = repo.parent / "ab.json"
     proc = _mlb(repo, out, "--pairs", "50")
     # Ctrl-C once an arm's first process has started (its log is in the scratch folder)
@@ -429,9 +431,9 @@ def test_ctrl_c_exits_130_and_removes_the_worktrees(repo: Path) -> None:
     while not list(Path(tempfile.gettempdir()).glob(f"mlb-attach-{proc.pid}-*/*.log")):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     _no_worktrees_left(repo, proc.pid)
 
 
