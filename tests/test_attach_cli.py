@@ -115,11 +115,11 @@ def test_attach_measures_a_plain_script_leaving_its_output_alone(project: Path) 
 
 def test_repeats_pool_fresh_processes_and_continue_lets_the_last_finish(project: Path) -> None:
     opts = ["-c", "fast.yaml", "--repeats", "2", "--then", "continue", "--json", "b.json"]
-    run = _mlb(project, "attach", *opts, "--no-history", "--", sys.executable, "train.py", "120")
+    run = _mlb(project, "attach", *opts, "--no-history", "--", sys.executable, "train.py", "3000")
     assert run.returncode == 0, run.stderr
     # the first process is stopped once measured; the last one trains on to its end
     assert run.stdout.count("script: starting\n") == 2
-    assert run.stdout.count("script: trained 120 steps\n") == 1
+    assert run.stdout.count("script: trained 3000 steps\n") == 1
     result = load_result(project / "b.json", ["throughput"])
     step = result.measurements["train.bs4.step"]
     assert set(step.replicate or []) == {0, 1}

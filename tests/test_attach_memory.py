@@ -1,0 +1,347 @@
+"""`mlb attach`'s memory (issue 28) and its default replicates (issue 26): the cutter reading
+the per-step memory recorder on a fake clock, the measuring sink's memory metrics, which process
+`--then continue` lets train on, and two real default-path runs (a script and the same script
+~3x slower) that `mlb compare` must call regressed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlbaseline.config import resolve
+from mlbaseline.measure.clock import ManualClock
+from mlbaseline.measure.hooks import CpuMarker, HookStep, Recorder
+from mlbaseline.measure.memory_step import StepMemory
+from mlbaseline.measure.step_cutter import MEMREAD, STAGES
+from mlbaseline.results import load_result
+from mlbaseline.runners import attach, attach_child
+
+
+class FakeMemory:
+    """A step memory recorder whose counter the test moves; each reading costs `cost_s` on
+    the clock (so where that cost lands can be checked)."""
+
+    kind, peak_kind = "fake", "fake_peak"
+
+    def __init__(self, clock: ManualClock, cost_s: float = 0.0) -> None:
+        self.clock, self.cost_s = clock, cost_s
+        self.now = 1000
+        self.peak = 0
+        self.begun = 0
+
+    def begin_step(self) -> None:
+        self.begun += 1
+        self.peak = self.now
+
+    def current(self) -> int:
+        self.clock.advance(self.cost_s)
+        return self.now
+
+    def stage_end(self, name: str, start: int) -> None:  # the stage timer's; unused here
+        raise AssertionError("the cutter keeps its own held bytes")
+
+    def end_step(self) -> StepMemory:
+        return StepMemory({}, self.peak, None, self.kind, self.peak_kind)
+
+    def alloc(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.steps: list[HookStep] = []
+
+    def on_step(self, record: HookStep) -> None:
+        self.steps.append(record)
+
+
+class Loop:
+    """Boundary events on a manual clock, memory moved inside the intervals."""
+
+    def __init__(self, cost_s: float = 0.0, memory: bool = True) -> None:
+        self.clock = ManualClock()
+        self.mem = FakeMemory(self.clock, cost_s)
+        self.sink = Sink()
+        memory_for = (lambda kind: self.mem) if memory else None
+        self.rec = Recorder(self.sink, CpuMarker(self.clock), memory_for)
+        self.rec.optimizer_created()
+
+    def span(self, kind: str, s: float, alloc: int = 0) -> None:
+        self.rec.begin(kind, 8 if kind == "fwd" else None)
+        self.clock.advance(s)
+        self.mem.alloc(alloc)
+        if kind == "opt":
+            self.rec.opt_post()
+        else:
+            self.rec.end()
+
+    def step(self, activations: int = 4096) -> None:
+        """zero_grad (frees the grads), data, forward (keeps the activations), the loss (a
+        scalar's bytes), backward (frees the activations, makes grads), optimizer."""
+        self.span("aux", 0.0002, alloc=-512)
+        self.span("data", 0.002)
+        self.span("fwd", 0.003, alloc=activations)
+        self.clock.advance(0.001)
+        self.mem.alloc(64)  # the loss, between forward and backward
+        self.span("bwd", 0.004, alloc=512 - activations - 64)
+        self.clock.advance(0.0005)
+        self.span("opt", 0.002, alloc=2048)
+        self.mem.alloc(-2048)  # the optimizer's scratch, freed after its step
+
+
+def test_each_stage_holds_what_it_allocated_and_the_step_its_peak() -> None:
+    loop = Loop()
+    for _ in range(6):
+        loop.step(activations=4096)
+    loop.rec.flush(block=True)
+    steps = loop.sink.steps
+    assert len(steps) >= 4
+    for step in steps[1:]:
+        memory = step.memory
+        assert memory is not None
+        assert memory.held["forward"] == 4096  # the activations
+        assert memory.held["loss"] == 64
+        assert memory.held["backward"] == 0  # it freed more than it made
+        assert memory.held["optimizer"] == 2048  # the update's scratch, held at its end
+        assert memory.held["data_wait"] == 0
+        assert set(memory.held) == set(STAGES)
+        assert memory.kind == "fake" and memory.peak_kind == "fake_peak"
+        # the recorder's step runs from one close (the next data draw) to the next: from
+        # 488 (1000 less the grads the first zero_grad freed), its peak the activations and
+        # the loss together
+        assert memory.peak == 488 + 4096 + 64
+    # one recorder step per cut step: begun at the first boundary and at each close
+    assert loop.mem.begun >= len(steps) + 1
+
+
+def test_the_readings_cost_lands_in_the_residual_never_in_a_stage() -> None:
+    plain, measured = Loop(memory=False), Loop(cost_s=0.0001)
+    for loop in (plain, measured):
+        for _ in range(5):
+            loop.step()
+        loop.rec.flush(block=True)
+    a, b = plain.sink.steps[-1], measured.sink.steps[-1]
+    assert a.memory is None and b.memory is not None
+    for stage in STAGES:
+        assert b.stages[stage] == pytest.approx(a.stages[stage], abs=1e-12)
+    # every reading (one per boundary, the peak's at the close) is in the residual
+    assert b.residual_s > a.residual_s + 8 * 0.0001 - 1e-9
+    assert b.total_s == pytest.approx(sum(b.stages.values()) + b.residual_s)
+
+
+def test_an_h2d_that_moved_nothing_gives_its_time_to_the_stage_it_interrupted() -> None:
+    loop = Loop(cost_s=0.0001)
+    loop.span("fwd", 0.003)
+    loop.clock.advance(0.001)  # the loss
+    loop.span("h2d", 0.001)
+    loop.rec.begin("h2d")
+    loop.clock.advance(0.001)
+    loop.rec.end(keep=False)  # moved nothing: the loss's, not the reading's label
+    labels = [s.label for s in loop.rec._step.segs]
+    assert labels[-4:] == ["loss", MEMREAD, "loss", MEMREAD]
+
+
+def test_a_switch_to_the_gpu_clock_takes_the_gpu_recorder() -> None:
+    kinds: list[str] = []
+    clock = ManualClock()
+
+    def memory_for(kind: str) -> FakeMemory:
+        kinds.append(kind)
+        return FakeMemory(clock)
+
+    class GpuMarker(CpuMarker):
+        kind = "cuda"
+
+    rec = Recorder(Sink(), CpuMarker(clock), memory_for)
+    rec.switch_marker(GpuMarker(clock))
+    assert kinds == ["cpu", "cuda"]
+    rec.switch_marker(None)
+    assert kinds == ["cpu", "cuda"]
+
+
+def _fast_cfg(tmp_path: Path) -> Any:
+    (tmp_path / "fast.yaml").write_text(FAST)
+    return resolve(tmp_path / "fast.yaml")
+
+
+def test_the_measuring_sink_turns_step_memory_into_mem_metrics(tmp_path: Path) -> None:
+    cfg = _fast_cfg(tmp_path)
+    sink = attach_child.MeasureSink(cfg, lambda e: None, tmp_path / "r.json", {})
+    stages = dict.fromkeys(STAGES, 0.001)
+    for i in range(200):
+        held = {**dict.fromkeys(STAGES, 0), "forward": 8 * 2**20 + i % 3}
+        memory = StepMemory(held, 300 * 2**20, None, "cpu_malloc", "cpu_rss_hwm")
+        sink.on_step(HookStep(0.01, dict(stages), 0.0, 1, 8, "optimizer", 8, memory))
+        if sink.done:
+            break
+    result = load_result(tmp_path / "r.json", ["throughput"])
+    forward = result.measurements["train.bs8.mem.forward"]
+    assert forward.unit == "B" and not forward.higher_is_better
+    assert forward.meta["role"] == "memory" and forward.meta["stage"] == "forward"
+    assert forward.meta["group"] == "train.bs8" and forward.meta["memory"] == "held"
+    assert all(8 * 2**20 <= v <= 8 * 2**20 + 2 for v in forward.values)
+    peak = result.measurements["train.bs8.mem.peak"]
+    assert set(peak.values) == {300 * 2**20} and peak.meta["memory"] == "peak"
+    assert len(peak.values) == len(result.measurements["train.bs8.step"].values)
+
+
+def test_only_the_last_process_trains_on() -> None:
+    fixed = [attach._Last(r, 3, None, [], [], 0.0) for r in range(3)]
+    assert [last(None) for last in fixed] == [False, False, True]  # type: ignore[arg-type]
+
+
+def test_under_auto_the_process_the_plan_stops_after_trains_on(tmp_path: Path) -> None:
+    from mlbaseline.runners.replicate_plan import Plan
+
+    cfg = _fast_cfg(tmp_path)
+    results = []
+    for i, total in enumerate((0.010, 0.0101, 0.0099)):
+        sink = attach_child.MeasureSink(cfg, lambda e: None, tmp_path / f"r{i}.json", {})
+        stages = dict.fromkeys(STAGES, 0.001)
+        for _ in range(200):
+            sink.on_step(HookStep(total, dict(stages), 0.0, 1, 8, "optimizer", 8))
+            if sink.done:
+                break
+        results.append(load_result(tmp_path / f"r{i}.json", ["throughput"]))
+    plan = Plan(min_k=3, max_k=10, target=0.05, budget_s=1000.0)
+    done = [attach.ChildOutcome(r, "stopped", -2) for r in results[:2]]
+    now = time.perf_counter()
+    second = attach._Last(1, 10, plan, done[:1], [1.0], now)
+    assert not second(results[1]) and second.decided and second.block is None
+    third = attach._Last(2, 10, plan, done, [1.0, 1.0], now)
+    assert third(results[2]) and third.block is not None and third.block["stop"] == "target"
+    assert third.block["replicates"] == 3
+
+
+# ---------------------------------------------------------------- real runs (the default path)
+
+FAST = """\
+throughput:
+  min_time_s: 0
+  min_steps: 6
+  window: 4
+  stability_windows: 2
+  stability_tolerance: 0.5
+  warmup_min: 2
+  warmup_max: 10
+  max_time_s: 30
+  max_repeats: 3
+  telemetry: false
+"""
+HELD = 2**18  # floats the forward keeps for the backward: 1 MiB (its ops well under the spin)
+SCRIPT = f'''\
+"""A tiny loop whose forward keeps {HELD} floats alive until the backward, and spins
+argv[1] seconds."""
+import sys
+import time
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+SPIN = float(sys.argv[1])
+
+
+class Keep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 2)
+        self.w = nn.Parameter(torch.zeros({HELD}))
+
+    def forward(self, x):
+        end = time.perf_counter() + SPIN
+        while time.perf_counter() < end:
+            pass
+        t = torch.ones({HELD})  # saved by the product for the backward: held until then
+        return self.lin(x) + (self.w * t).sum()
+
+
+model = Keep()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+x = torch.randn(4, 8)
+for _ in range(100000):
+    optimizer.zero_grad()
+    loss = model(x).square().mean()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def _mlb(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    (cwd / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "MLB_HISTORY": str(cwd / "h.sqlite"), "TMPDIR": str(cwd / "tmp")}
+    return subprocess.run(
+        [sys.executable, "-m", "mlbaseline", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def default_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two `mlb attach` runs with the default repeats (auto; max_repeats 3 keeps it short):
+    the script at a 3 ms forward spin, and at 10 ms (its step ~3x slower: the spin is on the
+    wall clock, so the other programs' load stretches neither)."""
+    folder = tmp_path_factory.mktemp("attach_default")
+    (folder / "fast.yaml").write_text(FAST)
+    (folder / "keep.py").write_text(SCRIPT)
+    for name, spin in (("a", "0.003"), ("b", "0.010")):
+        cmd = ["attach", "-c", "fast.yaml", "-o", f"{name}.json", "--no-history"]
+        run = _mlb(folder, *cmd, "--", sys.executable, "keep.py", spin)
+        assert run.returncode == 0, run.stderr
+    return folder
+
+
+def test_attach_measures_the_activations_the_forward_keeps(default_runs: Path) -> None:
+    for name in ("a", "b"):
+        result = load_result(default_runs / f"{name}.json", ["throughput"])
+        forward = result.measurements["train.bs4.mem.forward"]
+        assert forward.unit == "B" and forward.meta["memory"] == "held"
+        assert float(np.median(forward.values)) == pytest.approx(HELD * 4, rel=0.05)
+        peak = result.measurements["train.bs4.mem.peak"]
+        assert min(peak.values) > HELD * 4  # the process's peak holds the activations
+        assert len(peak.values) == len(result.measurements["train.bs4.step"].values)
+
+
+def test_two_default_attach_results_compare_to_a_verdict(default_runs: Path) -> None:
+    a = load_result(default_runs / "a.json", ["throughput"])
+    assert a.data["repeats"] == "auto"  # the default: pooled fresh processes
+    assert set(a.measurements["train.bs4.step"].replicate or []) == {0, 1, 2}
+    assert a.data["attach"]["then"] == "stop"
+    run = _mlb(default_runs, "compare", "a.json", "b.json", "--no-history", "-o", "cmp.json")
+    assert run.returncode == 1, run.stderr  # --fail-on regressed, the default
+    doc = json.loads((default_runs / "cmp.json").read_text())
+    assert _verdict(doc, "train.bs4.step") == "regressed", run.stderr
+
+
+def _verdict(doc: Any, metric: str) -> str | None:
+    """The verdict of `metric` wherever the comparison result keeps it."""
+    if isinstance(doc, dict):
+        if doc.get("metric") == metric and "verdict" in doc:
+            return str(doc["verdict"])
+        entry = doc.get(metric)
+        if isinstance(entry, dict) and "verdict" in entry:
+            return str(entry["verdict"])
+        items = doc.values()
+    elif isinstance(doc, list):
+        items = doc
+    else:
+        return None
+    for item in items:
+        found = _verdict(item, metric)
+        if found is not None:
+            return found
+    return None
