@@ -52,7 +52,7 @@ from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Result
 from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs, stage_values
-from mlbaseline.runners.attach_turns import MIN_STEPS
+from mlbaseline.runners.attach_turns import MIN_STEPS, turn_memory
 from mlbaseline.runners.worktrees import signals_held, worktrees
 from mlbaseline.safewrite import open_stream
 
@@ -209,7 +209,7 @@ def _last_line(path: Path, size: int = 4096) -> str:
 def turn_times(steps: Sequence[Mapping[str, Any]]) -> tuple[StepTimes, int]:
     """One turn's figures: the median step, the median of every stage seen (a step without
     it counts 0), the median residual (a step's own, else step − its stages); and the median
-    samples per step."""
+    samples per step; its memory (`turn_memory`), judged by `mlb ab`'s memory rule."""
     names = sorted({n for s in steps for n in s["stages"]} - set(NOT_STAGES))
     stages = {n: statistics.median(s["stages"].get(n, 0.0) for s in steps) for n in names}
 
@@ -221,7 +221,8 @@ def turn_times(steps: Sequence[Mapping[str, Any]]) -> tuple[StepTimes, int]:
 
     stages["residual"] = statistics.median(residual(s) for s in steps)
     samples = int(statistics.median(s.get("samples", 0) for s in steps))
-    return StepTimes(total_s=statistics.median(s["step"] for s in steps), stages=stages), samples
+    step = statistics.median(s["step"] for s in steps)
+    return StepTimes(total_s=step, stages=stages, memory=turn_memory(steps)), samples
 
 
 @dataclass

@@ -22,7 +22,9 @@ inside `optimizer.step()`, holding nothing another process needs.
   measured so far as a turn marked `"partial": true`, so a short script still gives a turn.
 
 A step as written: `{"step": total s, "stages": {name: s}, "samples": n, "micro_batches": k,
-"mem": {…}}` (mem only where the record has it).
+"mem": {"peak": B, "reserved": B | null, "held": {stage: B}}}` (mem only where the record has
+it: the hooks' `memory`, a `measure.memory_step.StepMemory`); `turn_memory` gives a turn's
+medians of it back as one `StepMemory`, which `mlb ab`'s memory rule judges.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ import atexit
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.loop import StepLoop, StopRule
+from mlbaseline.measure.memory_step import StepMemory
 
 CONTROL_FD = "MLB_ATTACH_CONTROL_FD"
 STATUS_FD = "MLB_ATTACH_STATUS_FD"
@@ -61,10 +65,35 @@ def step_entry(record: Any) -> dict[str, Any]:
         "samples": int(_field(record, "samples", 0) or 0),
         "micro_batches": int(_field(record, "micro_batches", 1) or 1),
     }
-    mem = _field(record, "mem")
+    mem = _field(record, "mem") or memory_entry(_field(record, "memory"))
     if mem:
         entry["mem"] = dict(mem)
     return entry
+
+
+def memory_entry(memory: StepMemory | None) -> dict[str, Any] | None:
+    """A step's memory as a turn's `"mem"`: the peak, the reserved pool, held bytes per stage."""
+    if memory is None or memory.peak is None:
+        return None
+    held = {str(k): int(v) for k, v in memory.held.items()}
+    return {"peak": int(memory.peak), "reserved": memory.reserved, "held": held}
+
+
+def turn_memory(steps: Sequence[Mapping[str, Any]]) -> StepMemory | None:
+    """A turn's memory: the median over its steps of the peak, the reserved pool and each
+    stage's held bytes; None unless every step has it."""
+    mems = [s.get("mem") for s in steps]
+    if not mems or any(not m or m.get("peak") is None for m in mems):
+        return None
+
+    def median(values: Any) -> int:
+        return int(statistics.median(values))
+
+    names = sorted({k for m in mems for k in m.get("held") or {}})
+    held = {k: median((m.get("held") or {}).get(k, 0) for m in mems) for k in names}
+    reserved = [m.get("reserved") for m in mems]
+    pooled = median(reserved) if all(r is not None for r in reserved) else None
+    return StepMemory(held, median(m["peak"] for m in mems), pooled)
 
 
 class TurnSink:
@@ -221,4 +250,5 @@ __all__ = [
     "from_env",
     "start",
     "step_entry",
+    "turn_memory",
 ]
