@@ -345,3 +345,66 @@ def _verdict(doc: Any, metric: str) -> str | None:
         if found is not None:
             return found
     return None
+
+
+# ---------------------------------------------------------------- mlb ab --attach (turn mode)
+
+
+def test_a_turns_steps_carry_their_memory_and_the_turn_its_medians() -> None:
+    from mlbaseline.runners.attach_turns import step_entry, turn_memory
+
+    stages = dict.fromkeys(STAGES, 0.001)
+    steps = []
+    for i in range(5):
+        held = {**dict.fromkeys(STAGES, 0), "forward": 1000 + i}
+        memory = StepMemory(held, 5000 + i, None, "cpu_malloc", "cpu_rss_hwm")
+        steps.append(step_entry(HookStep(0.01, dict(stages), 0.0, 1, 8, "optimizer", 8, memory)))
+    first = steps[0]["mem"]
+    assert (first["peak"], first["reserved"], first["held"]["forward"]) == (5000, None, 1000)
+    assert set(first["held"]) == set(STAGES)
+    json.dumps(steps)  # the status line is JSON
+    memory = turn_memory(steps)
+    assert memory is not None
+    assert (memory.peak, memory.held["forward"], memory.reserved) == (5002, 1002, None)
+    assert turn_memory([*steps, step_entry(HookStep(0.01, dict(stages)))]) is None
+
+
+class MemChild:
+    """An arm process for the turn loop: a turn of 5 steps, its forward holding `held` bytes."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+        self.pending: list[dict[str, Any]] = [{"event": "measuring"}]
+
+    def send(self, command: dict[str, Any]) -> None:
+        if command["cmd"] == "go":
+            steps = []
+            for i in range(5):
+                held = {**dict.fromkeys(STAGES, 0), "forward": self.held}
+                mem = {"peak": 10 * 2**20 + self.held, "reserved": None, "held": held}
+                stages = {**dict.fromkeys(STAGES, 0.001), "forward": 0.004 + i * 1e-5}
+                steps.append({"step": 0.01 + i * 1e-5, "stages": stages, "samples": 8, "mem": mem})
+            self.pending.append({"event": "turn", "steps": steps})
+
+    def event(self, timeout_s: float) -> dict[str, Any] | None:
+        return self.pending.pop(0)
+
+    def end(self) -> str:
+        return "exit code 0"
+
+
+def test_ab_attach_judges_the_arms_memory_by_the_memory_rule(tmp_path: Path) -> None:
+    from mlbaseline.runners.attach_ab import ScriptArm, run_ab_attach
+
+    arm = ScriptArm(("python", "train.py"), tmp_path)
+
+    def spawn(spec: ScriptArm, name: str) -> MemChild:
+        return MemChild(2 * 2**20 if name.startswith("b") else 2**20)  # B doubles the activations
+
+    result = run_ab_attach(resolve(None, "demo"), arm, arm, spawn, pairs=6, seed=1)
+    assert result.measurements["ab.b.mem.forward"].values[0] == 2 * 2**20
+    memory = result.data["memory"]
+    assert memory["verdict"] == "regressed" and memory["named"] == "forward"
+    rows = {r["metric"]: r["verdict"] for r in memory["metrics"]}
+    assert rows["mem.forward"] == "regressed" and rows["mem.backward"] == "unchanged"
+    assert any(c.name == "ab.mem.forward" and c.status == "fail" for c in result.verdict.checks)
