@@ -232,7 +232,9 @@ def overhead(repo: Path, tmp: Path) -> list[Row]:
     arms: dict[str, list[str]] = {
         "plain": script,
         "attach": [
-            *(sys.executable, "-m", "mlbaseline", "attach", "--then", "continue"),
+            *(sys.executable, "-m", "mlbaseline", "attach", "--repeats", "1"),
+            "--then",
+            "continue",
             *("-o", str(tmp / "att.json"), "--force", "--no-history", "--quiet", "--", *script),
         ],
     }
