@@ -408,3 +408,57 @@ def test_ab_attach_judges_the_arms_memory_by_the_memory_rule(tmp_path: Path) -> 
     rows = {r["metric"]: r["verdict"] for r in memory["metrics"]}
     assert rows["mem.forward"] == "regressed" and rows["mem.backward"] == "unchanged"
     assert any(c.name == "ab.mem.forward" and c.status == "fail" for c in result.verdict.checks)
+
+
+# ---------------------------------------------------------------- CUDA (make gpu-check)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device")
+def test_on_cuda_the_forward_holds_its_activations_in_the_allocators_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from mlbaseline.measure import hooks
+
+    n = 2**20  # floats saved for the backward: 4 MiB of device memory
+
+    class Keep(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 2)
+            self.w = torch.nn.Parameter(torch.zeros(n))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t = torch.ones(n, device=x.device)
+            return self.lin(x) + (self.w * t).sum()
+
+    model = Keep().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.randn(4, 8)
+    sink = Sink()
+    installed = hooks.install(sink)
+    syncs: list[int] = []
+    real_sync = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(1) or real_sync(*a))
+    try:
+        for _ in range(20):
+            opt.zero_grad()
+            model(x.cuda()).square().mean().backward()
+            opt.step()
+        assert syncs == []  # the memory readings did not wait for the device
+        installed.rec.flush(block=True)
+    finally:
+        installed.uninstall()
+    measured = [s.memory for s in sink.steps[2:]]
+    assert measured and all(m is not None and m.kind == "cuda_allocated" for m in measured)
+    forward = float(np.median([m.held["forward"] for m in measured if m is not None]))
+    assert forward == pytest.approx(n * 4, rel=0.05)
+    assert all(m is not None and m.reserved is not None and m.peak >= n * 4 for m in measured)
