@@ -150,6 +150,7 @@ class _Seg:
     eval: bool = False
     ma: int = 0  # bytes held at `a` and at `b` (with a memory recorder)
     mb: int = 0
+    c: Any = None  # host clock: the mark after the reading at `b` (b → c: residual)
 
 
 @dataclass
@@ -406,10 +407,15 @@ class Recorder:
         if self._last is None:  # the first boundary (on this marker): the first step starts
             mem.begin_step()
         held = mem.current()
+        seg = None
         if self._last is not None:
-            self._step.segs.append(_Seg(label, self._last, mark, self._eval, self._held, held))
+            seg = _Seg(label, self._last, mark, self._eval, self._held, held)
+            self._step.segs.append(seg)
         self._last, self._held = mark, held
-        self._apart()
+        if self.marker.kind == "cpu":  # the reading's own time: the segment's tail, residual
+            self._last = self.marker.mark()
+            if seg is not None:
+                seg.c = self._last
 
     def _apart(self) -> None:
         """On the host clock: the memory reading since the last mark, cut out as residual."""
@@ -478,6 +484,12 @@ class Recorder:
             if seg.label == MLB:
                 continue
             d = seconds(seg.a, seg.b)
+            if seg.c is not None:  # a memory reading after the segment: residual
+                r = seconds(seg.b, seg.c)
+                if seg.eval:
+                    eval_s += r
+                else:
+                    total += r
             if seg.eval:
                 eval_s += d
                 continue
