@@ -13,8 +13,9 @@ timer reads): its `current()` is read at every boundary, right after the mark, s
 carries the bytes held at its two ends and a stage's held bytes are the sum over its segments of
 end − start (0 where a segment freed more than it allocated: the recorder's own rule); the
 recorder's step (`begin_step` / `end_step`: the peak, the reserved pool) runs from one step's
-close to the next. On the host clock each reading is cut out as a `memread` segment, counted in
-the residual, never in a stage; on CUDA events the host-side reads take no device time.
+close to the next. On the host clock each reading's own time is cut out of the stages: a mark
+after it (`_Seg.c`; after the peak's, a `memread` segment), counted in the residual; on CUDA
+events the host-side reads take no device time.
 """
 
 from __future__ import annotations
