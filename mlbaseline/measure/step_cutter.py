@@ -13,9 +13,11 @@ timer reads): its `current()` is read at every boundary, right after the mark, s
 carries the bytes held at its two ends and a stage's held bytes are the sum over its segments of
 end − start (0 where a segment freed more than it allocated: the recorder's own rule); the
 recorder's step (`begin_step` / `end_step`: the peak, the reserved pool) runs from one step's
-close to the next. On the host clock each reading's own time is cut out of the stages: a mark
-after it (`_Seg.c`; after the peak's, a `memread` segment), counted in the residual; on CUDA
-events the host-side reads take no device time.
+close to the next. On the host clock each reading's own time is cut out of the step, like the
+sink's: a mark after it (`_Seg.c`; after the peak's, a `memread` segment), in no stage and not in
+the residual, because it is mlb's cost, not the script's (counted in the residual it was 3–10% of
+a small script's step and hid what the script itself leaves unclaimed; `make bench`'s `attach`
+section measures it); on CUDA events the host-side reads take no device time.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
 RESIDUAL = "residual"
 EVAL = "eval"
 MLB = "mlb"  # the sink's own time inside a hook: in no step
-MEMREAD = "memread"  # a memory reading's own time: the step's residual, never a stage
+MEMREAD = "memread"  # a memory reading's own time: mlb's cost, in no step (like MLB)
 # each interval's stage; "lossmod" is a loss module's call (inside the loss stage), "efwd" an
 # eval forward, "aux" zero_grad or gradient clipping
 LABEL = {
@@ -151,7 +153,7 @@ class _Seg:
     eval: bool = False
     ma: int = 0  # bytes held at `a` and at `b` (with a memory recorder)
     mb: int = 0
-    c: Any = None  # host clock: the mark after the reading at `b` (b → c: residual)
+    c: Any = None  # host clock: the mark after the reading at `b` (b → c: mlb's, cut out)
 
 
 @dataclass
@@ -413,13 +415,13 @@ class Recorder:
             seg = _Seg(label, self._last, mark, self._eval, self._held, held)
             self._step.segs.append(seg)
         self._last, self._held = mark, held
-        if self.marker.kind == "cpu":  # the reading's own time: the segment's tail, residual
+        if self.marker.kind == "cpu":  # the reading's own time: the segment's tail, cut out
             self._last = self.marker.mark()
             if seg is not None:
                 seg.c = self._last
 
     def _apart(self) -> None:
-        """On the host clock: the memory reading since the last mark, cut out as residual."""
+        """On the host clock: the memory reading since the last mark, cut out of the step."""
         if self.marker.kind == "cpu" and self._last is not None:
             mark = self.marker.mark()
             held = self._held
@@ -482,15 +484,9 @@ class Recorder:
         total = eval_s = 0.0
         seconds = self.marker.seconds
         for seg in closed.segs:
-            if seg.label == MLB:
+            if seg.label in (MLB, MEMREAD):  # mlb's own time (seg.c too): in no step
                 continue
             d = seconds(seg.a, seg.b)
-            if seg.c is not None:  # a memory reading after the segment: residual
-                r = seconds(seg.b, seg.c)
-                if seg.eval:
-                    eval_s += r
-                else:
-                    total += r
             if seg.eval:
                 eval_s += d
                 continue
