@@ -348,6 +348,9 @@ def test_real_loop_gives_one_record_per_optimizer_step(installed: Any) -> None:
 
 def test_the_optimizer_stage_is_the_whole_step_call(installed: Any) -> None:
     h, sink = installed
+    # an SGD made earlier in this process (another test) has its class's step wrapped by torch
+    # already: then the global step hooks time the optimizer stage, not mlb's wrapper
+    fresh = not hasattr(torch.optim.SGD.step, "hooked")
 
     class FreshSGD(torch.optim.SGD):  # a class torch wraps only now, under the hooks
         pass
@@ -368,7 +371,8 @@ def test_the_optimizer_stage_is_the_whole_step_call(installed: Any) -> None:
         opt.zero_grad()
     model(torch.ones(2, 4))
     assert h._stepping == 0 and len(sink.steps) == 4
-    assert FreshSGD.step.__code__.co_filename == hooks.__file__  # mlb's wrapper, outermost
+    if fresh:
+        assert FreshSGD.step.__code__.co_filename == hooks.__file__  # mlb's wrapper, outermost
     assert all(s.stages["optimizer"] >= spin for s in sink.steps)
     assert all(s.boundary == "optimizer" for s in sink.steps)
 
