@@ -16,6 +16,7 @@ steps carry it: `ab.<arm>.mem.*`, judged by the memory rule (`runners.ab_memory`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -386,6 +387,16 @@ def _fingerprint(cfg: Config, probe: GpuProbe | None, device: str) -> dict[str, 
             probe.close()
 
 
+def check_turns(pairs: int, turn_s: float, budget_s: float | None) -> None:
+    """The options of the runs that alternate whole turns (`--processes`, `--attach`)."""
+    if pairs < 1:
+        raise UsageError(f"--pairs: at least 1, got {pairs}")
+    if not math.isfinite(turn_s) or turn_s <= 0:
+        raise UsageError(f"--turn-s: must be > 0, got {turn_s}")
+    if budget_s is not None and budget_s <= 0:
+        raise UsageError("--budget: must be > 0 seconds")
+
+
 __all__ = [
     "COMPARED",
     "DEFAULT_PAIRS",
@@ -393,6 +404,7 @@ __all__ = [
     "PairLog",
     "TurnFailed",
     "ab_result",
+    "check_turns",
     "judge",
     "run_ab",
     "run_pairs",

@@ -43,6 +43,7 @@ from mlbaseline.runners.ab import (
     TurnFailed,
     _check_arms,
     ab_result,
+    check_turns,
     run_pairs,
 )
 from mlbaseline.runners.throughput import (
@@ -254,15 +255,6 @@ def _configs(
         )
 
 
-def _checked(pairs: int, turn_s: float, budget_s: float | None) -> None:
-    if pairs < 1:
-        raise UsageError(f"--pairs: at least 1, got {pairs}")
-    if turn_s <= 0:
-        raise UsageError(f"--turn-s: must be > 0, got {turn_s}")
-    if budget_s is not None and budget_s <= 0:
-        raise UsageError("--budget: must be > 0 seconds")
-
-
 def run_ab_processes(
     arm_a: Arm,
     arm_b: Arm,
@@ -281,7 +273,7 @@ def run_ab_processes(
     `budget_s`), and judge B/A per stage from each process's per-stage medians. `seed`
     (default A's golden.seed) drives the order and the bootstrap; `launcher` (default
     `launch`: a real fresh process) runs one turn."""
-    _checked(pairs, turn_s, budget_s)
+    check_turns(pairs, turn_s, budget_s)
     arms = {"a": arm_a, "b": arm_b}
     device = _check_arms(arm_a.cfg, arm_b.cfg)
     seed = arm_a.cfg.golden.seed if seed is None else seed

@@ -51,7 +51,14 @@ from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Result
-from mlbaseline.runners.ab import MAX_FAILURES, TurnFailed, ab_result, run_pairs, stage_values
+from mlbaseline.runners.ab import (
+    MAX_FAILURES,
+    TurnFailed,
+    ab_result,
+    check_turns,
+    run_pairs,
+    stage_values,
+)
 from mlbaseline.runners.attach_turns import MIN_STEPS, turn_memory
 from mlbaseline.runners.worktrees import signals_held, worktrees
 from mlbaseline.safewrite import open_stream
@@ -400,15 +407,6 @@ def hold_back(result: Result, spread: Mapping[str, float]) -> list[str]:
     return held
 
 
-def _checked(pairs: int, turn_s: float, budget_s: float | None) -> None:
-    if pairs < 1:
-        raise UsageError(f"--pairs: at least 1, got {pairs}")
-    if not math.isfinite(turn_s) or turn_s <= 0:
-        raise UsageError(f"--turn-s: must be > 0, got {turn_s}")
-    if budget_s is not None and budget_s <= 0:
-        raise UsageError("--budget: must be > 0 seconds")
-
-
 def run_ab_attach(
     cfg: Config,
     arm_a: ScriptArm,
@@ -431,7 +429,7 @@ def run_ab_attach(
     judge B/A per stage from each turn's medians. `cfg` gives the statistics' settings
     (compare.alpha, …) and `seed` (default its golden.seed) the order and the bootstrap;
     `spawner` starts one arm's process; `short`: a fresh process per turn from the start."""
-    _checked(pairs, turn_s, budget_s)
+    check_turns(pairs, turn_s, budget_s)
     arms = {"a": arm_a, "b": arm_b}
     seed = cfg.golden.seed if seed is None else seed
     order = abba_order(pairs, seed)
