@@ -96,17 +96,7 @@ def compare_results(
     or when the two results share no metric; ConfigError for a bad threshold."""
     check_thresholds(cfg)
     progress = progress or NullProgress()
-    blocking, info = environment_differences(old, new)
-    # --allow KEY: a difference the user intends (the workload's image size, say) is listed,
-    # not blocking and not marking the verdicts; anything else still stops here
-    blocking, allowed = split_allowed(blocking, allow)
-    if blocking and not allow_mismatch:
-        example = blocking[0]["key"].rpartition(".")[2]
-        raise NotComparableError(
-            f"{old_label} and {new_label} are not comparable: blocking keys differ "
-            f"({describe_differences(blocking)}); --allow KEY to compare anyway (e.g. --allow "
-            f"{example}; repeat it per key), or --allow-mismatch for every key, marked"
-        )
+    blocking, info, allowed = _comparable(old, new, old_label, new_label, allow, allow_mismatch)
     comp = Comparison(
         old=_label(old, old_label),
         new=_label(new, new_label),
@@ -145,6 +135,24 @@ def compare_results(
     comp.memory = attribute_memory(mem_rows)
     comp.warnings = _warnings(comp, old, new, judged, cfg, advice)
     return comp
+
+
+def _comparable(
+    old: Result, new: Result, old_label: str, new_label: str, allow: Sequence[str], anyway: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(blocking, informational, allowed) differences; NotComparableError for a blocking one
+    without --allow-mismatch. --allow KEY: a difference the user intends (the workload's image
+    size, say) is listed, not blocking and not marking the verdicts."""
+    blocking, info = environment_differences(old, new)
+    blocking, allowed = split_allowed(blocking, allow)
+    if blocking and not anyway:
+        example = blocking[0]["key"].rpartition(".")[2]
+        raise NotComparableError(
+            f"{old_label} and {new_label} are not comparable: blocking keys differ "
+            f"({describe_differences(blocking)}); --allow KEY to compare anyway (e.g. --allow "
+            f"{example}; repeat it per key), or --allow-mismatch for every key, marked"
+        )
+    return blocking, info, allowed
 
 
 def _in_order(metrics: list[MetricResult], names: list[str]) -> list[MetricResult]:
