@@ -5,6 +5,7 @@ the per-step memory recorder on a fake clock, the measuring sink's memory metric
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from mlbaseline.config import resolve
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.hooks import CpuMarker, HookStep, Recorder
 from mlbaseline.measure.memory_step import StepMemory
-from mlbaseline.measure.step_cutter import STAGES
+from mlbaseline.measure.step_cutter import MEMORY_EVERY, STAGES
 from mlbaseline.results import load_result
 from mlbaseline.runners import attach, attach_child
 
@@ -105,7 +106,9 @@ def test_each_stage_holds_what_it_allocated_and_the_step_its_peak() -> None:
     loop.rec.flush(block=True)
     steps = loop.sink.steps
     assert len(steps) >= 4
-    for step in steps[1:]:
+    read = [step for step in steps[1:] if step.memory is not None]
+    assert read  # the first steps are read (then one in MEMORY_EVERY, or every 50 ms)
+    for step in read:
         memory = step.memory
         assert memory is not None
         assert memory.held["forward"] == 4096  # the activations
@@ -119,8 +122,32 @@ def test_each_stage_holds_what_it_allocated_and_the_step_its_peak() -> None:
         # 488 (1000 less the grads the first zero_grad freed), its peak the activations and
         # the loss together
         assert memory.peak == 488 + 4096 + 64
-    # one recorder step per cut step: begun at the first boundary and at each close
-    assert loop.mem.begun >= len(steps) + 1
+    # one recorder step per read step: begun at the first boundary and at each read one's start
+    assert loop.mem.begun >= len(read) + 1
+
+
+@pytest.mark.parametrize(("step_s", "every"), [(0.001, MEMORY_EVERY), (0.06, 1)])
+def test_memory_is_read_on_one_step_in_several_unless_steps_are_slow(
+    step_s: float, every: int
+) -> None:
+    """On the host clock each reading costs ~5 µs with the step's data in the cache, ~100 µs a
+    step: a fast step is read once in MEMORY_EVERY, a step slower than MEMORY_GAP_S every time;
+    a read step after unread ones still holds its own stages' bytes (not the unread ones')."""
+    loop = Loop()
+    for _ in range(4 * MEMORY_EVERY + 1):
+        loop.span("aux", 0.0)
+        loop.span("data", step_s / 4)
+        loop.span("fwd", step_s / 4, alloc=4096)
+        loop.span("bwd", step_s / 4, alloc=-4096)
+        loop.span("opt", step_s / 4, alloc=16)
+    loop.rec.flush(block=True)
+    flags = [step.memory is not None for step in loop.sink.steps][1:]  # the first: both read
+    gaps = {b - a for a, b in itertools.pairwise(i for i, f in enumerate(flags) if f)}
+    assert gaps == {every}
+    for step in loop.sink.steps:
+        if step.memory is not None:
+            assert step.memory.held["forward"] == 4096 and step.memory.held["optimizer"] == 16
+            assert step.memory.held["backward"] == 0
 
 
 def test_the_readings_cost_is_cut_out_of_the_step() -> None:
@@ -131,7 +158,9 @@ def test_the_readings_cost_is_cut_out_of_the_step() -> None:
         for _ in range(5):
             loop.step()
         loop.rec.flush(block=True)
-    a, b = plain.sink.steps[-1], measured.sink.steps[-1]
+    last = max(i for i, step in enumerate(measured.sink.steps) if step.memory is not None)
+    assert last >= 1  # a step after the first (that one is warm-up)
+    a, b = plain.sink.steps[last], measured.sink.steps[last]
     assert a.memory is None and b.memory is not None
     for stage in STAGES:
         assert b.stages[stage] == pytest.approx(a.stages[stage], abs=1e-12)
@@ -317,7 +346,8 @@ def test_attach_measures_the_activations_the_forward_keeps(default_runs: Path) -
         assert float(np.median(forward.values)) == pytest.approx(HELD * 4, rel=0.05)
         peak = result.measurements["train.bs4.mem.peak"]
         assert min(peak.values) > HELD * 4  # the process's peak holds the activations
-        assert len(peak.values) == len(result.measurements["train.bs4.step"].values)
+        # memory is read on one step in several (MEMORY_EVERY), the steps' times on all
+        assert 0 < len(peak.values) <= len(result.measurements["train.bs4.step"].values)
 
 
 def test_two_default_attach_results_compare_to_a_verdict(default_runs: Path) -> None:
@@ -370,7 +400,9 @@ def test_a_turns_steps_carry_their_memory_and_the_turn_its_medians() -> None:
     memory = turn_memory(steps)
     assert memory is not None
     assert (memory.peak, memory.held["forward"], memory.reserved) == (5002, 1002, None)
-    assert turn_memory([*steps, step_entry(HookStep(0.01, dict(stages)))]) is None
+    unread = step_entry(HookStep(0.01, dict(stages)))  # a step whose memory was not read
+    assert turn_memory([*steps, unread]) == memory  # over the read steps only
+    assert turn_memory([unread, unread]) is None
 
 
 class MemChild:

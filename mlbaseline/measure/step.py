@@ -368,9 +368,18 @@ class TrainRun:
     workers_peak: int | None = None  # summed VmHWM of the DataLoader workers over the phase
 
     def _metric(
-        self, name: str, unit: str, hib: bool, fn: Callable[[StepRecord], float], **meta: Any
+        self,
+        name: str,
+        unit: str,
+        hib: bool,
+        fn: Callable[[StepRecord], float],
+        only: Callable[[StepRecord], bool] | None = None,
+        **meta: Any,
     ) -> Metric:
+        """A metric over the measured steps (warm-up kept apart); `only`: over those it keeps."""
         warm, meas = self.loop.warmup_records, self.loop.measured
+        if only is not None:
+            warm, meas = [r for r in warm if only(r)], [r for r in meas if only(r)]
         p = self.prefix
         ranks = [self.rank] * len(meas) if self.rank is not None else None
         return Metric(
@@ -422,15 +431,20 @@ class TrainRun:
     def memory_metrics(self) -> list[Metric]:
         """`{prefix}.mem.*` (issue 28): per step the peak (`mem.peak`), on CUDA the peak reserved
         pool (`mem.reserved`), per stage the bytes it left held (`mem.{stage}`); per phase the
-        DataLoader workers' summed peak RSS (`mem.workers_peak`). None where a step had no
-        memory recorder (the metrics must align with the steps)."""
-        records = [*self.loop.measured, *self.loop.warmup_records]
-        first = records[0].memory if self.loop.measured else None
-        if first is None or any(r.memory is None for r in records):
+        DataLoader workers' summed peak RSS (`mem.workers_peak`). Over the steps that were read:
+        every step, or on `mlb attach`'s host clock one in several (`measure.step_cutter`'s
+        MEMORY_EVERY); none where no measured step was."""
+        read = [r for r in self.loop.measured if r.memory is not None]
+        if not read:
             return []
+        first = read[0].memory
+        assert first is not None  # kept above
+
+        def has(r: StepRecord) -> bool:
+            return r.memory is not None
 
         def mem(r: StepRecord) -> StepMemory:
-            return r.memory  # type: ignore[return-value]  # checked above
+            return r.memory  # type: ignore[return-value]  # `only=has` on every metric
 
         def held(s: str) -> Callable[[StepRecord], float]:
             return lambda r: mem(r).held.get(s, 0)
@@ -441,6 +455,7 @@ class TrainRun:
                 "B",
                 False,
                 lambda r: mem(r).peak or 0,
+                only=has,
                 role="memory",
                 memory="peak",
                 kind=first.peak_kind,
@@ -453,6 +468,7 @@ class TrainRun:
                     "B",
                     False,
                     lambda r: mem(r).reserved or 0,
+                    only=has,
                     role="memory",
                     memory="reserved",
                     kind="cuda_max_reserved",
@@ -464,6 +480,7 @@ class TrainRun:
                 "B",
                 False,
                 held(s),
+                only=has,
                 role="memory",
                 memory="held",
                 stage=s,

@@ -81,9 +81,10 @@ def memory_entry(memory: StepMemory | None) -> dict[str, Any] | None:
 
 def turn_memory(steps: Sequence[Mapping[str, Any]]) -> StepMemory | None:
     """A turn's memory: the median over its steps of the peak, the reserved pool and each
-    stage's held bytes; None unless every step has it."""
-    mems = [s.get("mem") for s in steps]
-    if not mems or any(not m or m.get("peak") is None for m in mems):
+    stage's held bytes, over the steps whose memory was read (on the host clock one in
+    several: `measure.step_cutter.MEMORY_EVERY`); None where none was."""
+    mems = [m for m in (s.get("mem") for s in steps) if m and m.get("peak") is not None]
+    if not mems:
         return None
 
     def median(values: Any) -> int:
