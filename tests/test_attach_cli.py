@@ -339,3 +339,37 @@ def test_processes_pool_with_the_auto_plans_decision(tmp_path: Path) -> None:
     assert pooled.data["attach"]["ended"] == "stopped by SIGINT (exit code -2)"
     assert pooled.data["attach"]["exit_codes"] == [-2, -2, -2]
     assert "train.bs8.step" in pooled.data["noise"]
+
+
+def test_a_script_that_trains_on_and_then_fails_fails_the_verdict() -> None:
+    """--then continue: the measured steps are kept, but a crash after them is not success
+    (exit 1); a process mlb stopped, or that the user interrupted while it trained on, is no
+    failure of the script."""
+    from mlbaseline.cli.common import exit_code_for
+    from mlbaseline.results import Result
+
+    def outcome(ended: str, code: int) -> attach.ChildOutcome:
+        return attach.ChildOutcome(None, ended, code, ["Traceback", "ValueError: boom"])
+
+    crashed = Result(kind="throughput")
+    attach.script_exit_check(
+        crashed,
+        [
+            outcome("stopped by SIGINT (exit code -2)", -2),
+            outcome("trained on unmeasured to its end (exit code 3)", 3),
+        ],
+    )
+    (check,) = crashed.verdict.checks
+    assert (check.name, check.status, check.value) == ("attach.script_exit", "fail", 3)
+    assert "code 3 after it was measured" in check.message and "ValueError: boom" in check.message
+    assert int(exit_code_for(crashed)) == 1
+    fine = Result(kind="throughput")
+    attach.script_exit_check(
+        fine,
+        [
+            outcome("trained on unmeasured to its end (exit code 0)", 0),
+            outcome("trained on unmeasured until interrupted; stopped by SIGINT", -2),
+        ],
+    )
+    assert [c.status for c in fine.verdict.checks] == ["pass"]
+    assert int(exit_code_for(fine)) == 0

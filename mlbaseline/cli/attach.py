@@ -66,7 +66,9 @@ class AttachCliOptions:
             "--then",
             "Once measured: stop the script (SIGINT, then SIGTERM and SIGKILL after the grace) "
             "or let it train on, unmeasured, and wait for it. Default stop. With several "
-            "processes only the last one trains on; the others are stopped once measured.",
+            "processes only the last one trains on; the others are stopped once measured. "
+            "A script that trains on and exits non-zero fails the verdict (exit 1; the "
+            "measured result is kept).",
             metavar=choices("stop", "continue"),
         ),
     ] = None

@@ -50,7 +50,7 @@ from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.redact import redact_tree
-from mlbaseline.results import Result, load_result
+from mlbaseline.results import Check, Result, load_result
 from mlbaseline.runners import attach_child as proto
 from mlbaseline.runners.replicate_plan import decide, message, over_budget, plan_for, total_medians
 from mlbaseline.runners.throughput import replicates_result
@@ -100,6 +100,9 @@ class AttachOptions:
     first_step_timeout_s: float = 60.0
     grace_s: float = 10.0
     cwd: Path | None = None
+
+
+TRAINED_ON = "trained on unmeasured"  # how a --then continue process's ending begins
 
 
 @dataclass
@@ -408,12 +411,12 @@ def _train_on(proc: subprocess.Popen[bytes], grace_s: float) -> str:
     """--then continue: wait for the script's own end. Ctrl-C (or SIGTERM) stops it, and the
     result, measured already, is kept."""
     try:
-        return f"trained on unmeasured to its end (exit code {proc.wait()})"
+        return f"{TRAINED_ON} to its end (exit code {proc.wait()})"
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):  # only mlb got it: pass it on
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(exc.signum)
-        return f"trained on unmeasured until interrupted; {_stop(proc, grace_s)}"
+        return f"{TRAINED_ON} until interrupted; {_stop(proc, grace_s)}"
 
 
 def _tail_text(tee: StderrTee, n: int = 3) -> str:
@@ -544,10 +547,29 @@ def _pooled(
         exit_codes=[o.returncode for o in outcomes],
     )
     result.data["attach"] = block
+    script_exit_check(result, outcomes)
     # the run's label (--name / --tag) lives in the config's history section
     result.config["history"] = redact_tree(cfg.to_dict().get("history") or {})
     check_payload(result)
     return result
+
+
+def script_exit_check(result: Result, outcomes: list[ChildOutcome]) -> None:
+    """--then continue: a script that trained on and then exited non-zero fails the run's
+    verdict (exit 1; its measured steps are kept and still compare): a pipeline that runs its
+    training under `mlb attach` must not see a crash as success. A process that mlb stopped
+    ends with the signal's code, which is not the script's failure."""
+    trained_on = [o for o in outcomes if o.ended.startswith(f"{TRAINED_ON} to its end")]
+    for o in trained_on:
+        code = o.returncode or 0
+        status = "fail" if code != 0 else "pass"
+        message = (
+            f"the script exited with code {code} after it was measured (--then continue); "
+            f"its last stderr lines: {' | '.join(o.tail[-3:])}"
+            if code
+            else "the script trained on and exited with code 0"
+        )
+        result.verdict.checks.append(Check("attach.script_exit", status, code, 0, message))
 
 
 __all__ = [
