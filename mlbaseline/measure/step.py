@@ -446,48 +446,29 @@ class TrainRun:
         def mem(r: StepRecord) -> StepMemory:
             return r.memory  # type: ignore[return-value]  # `only=has` on every metric
 
-        def held(s: str) -> Callable[[StepRecord], float]:
-            return lambda r: mem(r).held.get(s, 0)
+        def metric(name: str, fn: Callable[[StepMemory], float], **meta: Any) -> Metric:
+            return self._metric(name, "B", False, lambda r: fn(mem(r)), has, role="memory", **meta)
 
-        out = [
-            self._metric(
-                "mem.peak",
-                "B",
-                False,
-                lambda r: mem(r).peak or 0,
-                only=has,
-                role="memory",
-                memory="peak",
-                kind=first.peak_kind,
-            )
-        ]
+        out = [metric("mem.peak", lambda m: m.peak or 0, memory="peak", kind=first.peak_kind)]
         if first.reserved is not None:
             out.append(
-                self._metric(
+                metric(
                     "mem.reserved",
-                    "B",
-                    False,
-                    lambda r: mem(r).reserved or 0,
-                    only=has,
-                    role="memory",
+                    lambda m: m.reserved or 0,
                     memory="reserved",
                     kind="cuda_max_reserved",
                 )
             )
-        out += [
-            self._metric(
-                f"mem.{s}",
-                "B",
-                False,
-                held(s),
-                only=has,
-                role="memory",
-                memory="held",
-                stage=s,
-                kind=first.kind,
+        for s in self.stages:
+            out.append(
+                metric(
+                    f"mem.{s}",
+                    lambda m, s=s: m.held.get(s, 0),
+                    memory="held",
+                    stage=s,
+                    kind=first.kind,
+                )
             )
-            for s in self.stages
-        ]
         if self.workers_peak is not None:
             out.append(self._workers_metric(self.workers_peak))
         return out
