@@ -495,3 +495,32 @@ def test_training_starts_at_the_first_backward_before_any_whole_step() -> None:
     loop.span("fwd", 0.001, samples=4)
     loop.span("bwd", 0.001)
     assert started == [0]
+
+
+def test_a_schedulers_step_is_the_optimizers_not_the_residual(installed: Any) -> None:
+    """`scheduler.step()` after `optimizer.step()` is the update's bookkeeping: it lands in the
+    optimizer stage (of the next step, like a zero_grad at its start), not in the residual."""
+    h, sink = installed
+    spin = 0.002
+
+    class SlowLR(torch.optim.lr_scheduler.StepLR):  # defined under the hooks: inherits step
+        def get_lr(self) -> Any:
+            end = time.perf_counter() + spin
+            while time.perf_counter() < end:
+                pass
+            return super().get_lr()
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = SlowLR(opt, step_size=1)
+    for _ in range(5):
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        sched.step()
+    model(torch.ones(2, 4))
+    h.rec.flush(block=True)
+    assert len(sink.steps) == 5
+    for step in sink.steps[1:]:
+        assert step.stages["optimizer"] >= spin
+        assert step.residual_s < spin / 2

@@ -19,7 +19,8 @@ What is hooked (`install`, in the script's own interpreter, before its first lin
   `nn.modules.loss._Loss`, is inside it, not a forward; a zero_grad there is optimizer);
 - **backward**: the outermost `Tensor.backward` / `torch.autograd.backward`;
 - **optimizer**: from the last backward's end to the step's end, `Optimizer.zero_grad`,
-  `Module.zero_grad` and `clip_grad_norm_` wherever they run in the step (a zero_grad at the
+  `Module.zero_grad`, `clip_grad_norm_` and a learning-rate scheduler's `step` wherever they
+  run in the step (a zero_grad at the
   next step's start), and inside `optimizer.step(closure)` (Lightning) the time before the
   closure's forward.
 
@@ -107,6 +108,17 @@ def _to_device(args: tuple[Any, ...], kwargs: dict[str, Any], tensor: type, devi
     return isinstance(target, int) and not isinstance(target, bool)
 
 
+def _subclasses(cls: type) -> list[type]:
+    """A class and every subclass defined so far (torch's schedulers: some override `step`)."""
+    out, queue = [], [cls]
+    while queue:
+        kind = queue.pop()
+        if kind not in out:
+            out.append(kind)
+            queue += kind.__subclasses__()
+    return out
+
+
 CLIP_NAMES = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
 _ACTIVE: list[Recorder] = []  # recorders installed in this process (a fork disables them)
 
@@ -162,6 +174,11 @@ class Hooks:
             for name in names:
                 if callable(getattr(owner, name, None)):
                     self._wrap(owner, name, "aux")
+        # a learning-rate scheduler's step (after the optimizer's, or at the next step's start)
+        # is the update's bookkeeping: optimizer, like a zero_grad, not residual
+        for owner in _subclasses(torch.optim.lr_scheduler.LRScheduler):
+            if "step" in owner.__dict__:
+                self._wrap(owner, "step", "aux")
         self._wrap_h2d(torch.Tensor, "to")
         self._wrap_h2d(torch.Tensor, "cuda")
         self._wrap_init(opt.Optimizer)
