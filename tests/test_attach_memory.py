@@ -498,3 +498,50 @@ def test_on_cuda_the_forward_holds_its_activations_in_the_allocators_bytes(
     forward = float(np.median([m.held["forward"] for m in measured if m is not None]))
     assert forward == pytest.approx(n * 4, rel=0.05)
     assert all(m is not None and m.reserved is not None and m.peak >= n * 4 for m in measured)
+
+
+class _Workers:
+    """The hooks' side the sink reads at its end: the script's DataLoader workers."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.rec = Recorder(Sink(), CpuMarker(ManualClock()))
+
+    def worker_pids(self) -> list[int]:
+        return self.pids
+
+
+def test_the_sink_reads_the_loader_workers_peak_at_its_end(tmp_path: Path) -> None:
+    """`mem.workers_peak` for an attached script: its DataLoader workers' VmHWM summed when the
+    stop rule is met (here this test's own process stands in for one worker)."""
+    cfg = _fast_cfg(tmp_path)
+    sink = attach_child.MeasureSink(cfg, lambda e: None, tmp_path / "r.json", {})
+    sink.hooks = _Workers([os.getpid()])  # type: ignore[assignment]
+    stages = dict.fromkeys(STAGES, 0.001)
+    for _ in range(200):
+        sink.on_step(HookStep(0.01, dict(stages), 0.0, 1, 8, "optimizer", 8))
+        if sink.done:
+            break
+    result = load_result(tmp_path / "r.json", ["throughput"])
+    peak = result.measurements["train.bs8.mem.workers_peak"]
+    assert peak.values[0] > 0 and peak.meta["memory"] == "workers_peak"
+
+
+def test_the_hooks_know_the_scripts_loader_workers() -> None:
+    import torch
+
+    from mlbaseline.measure import hooks
+    from mlbaseline.measure.memory import workers_peak
+
+    h = hooks.install(Sink())
+    try:
+        data = torch.utils.data.TensorDataset(torch.randn(16, 4))
+        loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=1)
+        it = iter(loader)
+        next(it)
+        pids = h.worker_pids()
+        assert len(pids) == 1 and pids[0] != os.getpid()
+        assert (workers_peak(pids) or 0) > 0
+        del it
+    finally:
+        h.uninstall()

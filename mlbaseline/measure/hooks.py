@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from threading import get_ident
 from typing import Any
@@ -144,6 +145,7 @@ class Hooks:
         self._undo: list[Callable[[], None]] = []
         self._stepping = 0  # optimizer steps inside the step wrapper (its hooks then idle)
         self._samples: int | None = None  # the batch size of the forward being begun
+        self._iters: weakref.WeakSet[Any] = weakref.WeakSet()  # multi-process loader iterators
 
     def install(self) -> Hooks:
         import torch
@@ -162,6 +164,7 @@ class Hooks:
         ]
         self._undo += [h.remove for h in handles]
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", "data")
+        self._watch_workers(dataloader._MultiProcessingDataLoaderIter)
         self._wrap(torch.Tensor, "backward", "bwd")
         self._wrap(torch.autograd, "backward", "bwd")
         self._wrap(opt.Optimizer, "zero_grad", "aux")
@@ -241,6 +244,24 @@ class Hooks:
                 rec.end(keep=done)  # a move that raised was none
 
         self._patch(owner, name, wrapper)
+
+    def _watch_workers(self, owner: Any) -> None:
+        """Keep (weakly) each multi-process DataLoader iterator the script makes, once per
+        epoch at most: its workers' peak memory is read at the end (`worker_pids`)."""
+        orig = owner.__init__
+        iters = self._iters
+
+        @functools.wraps(orig)
+        def init(it: Any, *args: Any, **kwargs: Any) -> None:
+            orig(it, *args, **kwargs)
+            iters.add(it)
+
+        self._patch(owner, "__init__", init)
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes of the script's live multi-process DataLoader iterators."""
+        workers = [w for it in list(self._iters) for w in getattr(it, "_workers", None) or []]
+        return list(dict.fromkeys(w.pid for w in workers if getattr(w, "pid", None)))
 
     def _wrap_init(self, owner: Any) -> None:
         orig = owner.__init__

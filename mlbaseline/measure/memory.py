@@ -57,6 +57,13 @@ def vm_hwm(status: Path) -> int | None:
         return None
 
 
+def workers_peak(pids: list[int], proc: Path = Path("/proc")) -> int | None:
+    """DataLoader workers' peak RSS (VmHWM) summed over the workers, read while they are still
+    alive; None without workers (or where none could be read)."""
+    found = [p for p in (vm_hwm(proc / str(pid) / "status") for pid in pids) if p is not None]
+    return sum(found) if found else None
+
+
 class RssMeter:
     """Peak RSS growth of this process since `reset()`."""
 

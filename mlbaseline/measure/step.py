@@ -434,9 +434,10 @@ class TrainRun:
         DataLoader workers' summed peak RSS (`mem.workers_peak`). Over the steps that were read:
         every step, or on `mlb attach`'s host clock one in several (`measure.step_cutter`'s
         MEMORY_EVERY); none where no measured step was."""
+        workers = [] if self.workers_peak is None else [self._workers_metric(self.workers_peak)]
         read = [r for r in self.loop.measured if r.memory is not None]
         if not read:
-            return []
+            return workers
         first = read[0].memory
         assert first is not None  # kept above
 
@@ -469,9 +470,7 @@ class TrainRun:
                     kind=first.kind,
                 )
             )
-        if self.workers_peak is not None:
-            out.append(self._workers_metric(self.workers_peak))
-        return out
+        return out + workers
 
     def _workers_metric(self, nbytes: int) -> Metric:
         p = self.prefix

@@ -166,6 +166,7 @@ class MeasureSink:
         self._window: list[float] = []
         self._probe: Any = None
         self.meter: Any = None
+        self.workers_peak: int | None = None  # the DataLoader workers' summed VmHWM, at the end
         self._started = False
 
     @classmethod
@@ -232,6 +233,10 @@ class MeasureSink:
         self.done = True
         if self.hooks is not None:
             self.hooks.rec.off = True
+            # the DataLoader workers' peak, read while they live (`mem.workers_peak`)
+            from mlbaseline.measure.memory import workers_peak
+
+            self.workers_peak = workers_peak(self.hooks.worker_pids())
         try:
             if reason is not None:
                 self.loop.end_early(reason)

@@ -70,6 +70,7 @@ def build_result(
         memory_bytes=meter.peak_bytes() if meter is not None else 0,
         memory_kind=meter.kind if meter is not None else "none",
         accum=max(micro, 1),
+        workers_peak=getattr(state, "workers_peak", None),
     )
     records = Records(_facts(run_cfg, probe, device, timer, str(meta.get("script") or "script")))
     for metric in run.metrics():

@@ -18,7 +18,7 @@ from mlbaseline.config import Config
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import set_determinism
 from mlbaseline.measure.loop import StopRule, run_steps
-from mlbaseline.measure.memory import MemoryMeter, make_memory_meter, vm_hwm
+from mlbaseline.measure.memory import MemoryMeter, make_memory_meter, workers_peak
 from mlbaseline.measure.memory_step import StepMemory, StepMemoryRecorder, make_step_memory
 from mlbaseline.measure.pooling import group_summary
 from mlbaseline.measure.step import (
@@ -156,11 +156,9 @@ def train_one_size(
 
 
 def loader_workers_peak(batches: Batches, proc: Path = Path("/proc")) -> int | None:
-    """The DataLoader workers' peak RSS (VmHWM) summed over the workers, read at the phase's
-    end while they are still alive; None without workers (or where none could be read)."""
-    peaks = [vm_hwm(proc / str(pid) / "status") for pid in batches.worker_pids()]
-    found = [p for p in peaks if p is not None]
-    return sum(found) if found else None
+    """The DataLoader workers' peak RSS (VmHWM) summed, read at the phase's end while they are
+    still alive; None without workers (or where none could be read)."""
+    return workers_peak(batches.worker_pids(), proc)
 
 
 def compile_first(step: TrainStep, cfg: Config, clock: Clock | None) -> float | None:
