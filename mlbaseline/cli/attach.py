@@ -34,9 +34,9 @@ from mlbaseline.results import Result, write_result
 
 REPEATS_HELP = (
     "Fresh processes of the script, each measured by the stop rule, pooled: N, or auto (at "
-    "least 5, until the median is known to throughput.repro_target, within "
-    "throughput.replicates_budget_s). Default: the config's throughput.repeats (auto), as "
-    "for mlb throughput; --repeats 1 for a single process (which mlb compare cannot decide on)."
+    "least 5, until the median is known to the config's reproducibility target, within its "
+    "replicates budget). Default: the config's repeats (auto), as for mlb throughput; "
+    "--repeats 1 for a single process (which mlb compare cannot decide on)."
 )
 JsonFileOpt = Annotated[
     Path | None,

@@ -312,7 +312,8 @@ DATA_HELP = (
 
 REPEATS_HELP = (
     "Fresh-process replicates, pooled: N (1: this process only) or auto (at least 5, until the "
-    "median is known to throughput.repro_target, within throughput.replicates_budget_s)."
+    "median is known to the config's reproducibility target, within its replicates budget: "
+    "throughput.repro_target and .replicates_budget_s)."
 )
 
 
