@@ -22,6 +22,7 @@ from typing import Any
 
 def main() -> None:
     import torch
+    from bench_attach import bench_model
     from torch.utils.data import DataLoader, TensorDataset
 
     from mlbaseline.config import Config, build, parse_set
@@ -33,14 +34,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ds = TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
     loader = DataLoader(ds, batch_size=batch, shuffle=True)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 1024),
-        torch.nn.ReLU(),
-        torch.nn.Linear(1024, 1024),
-        torch.nn.ReLU(),
-        torch.nn.Linear(1024, 10),
-    )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt = bench_model()  # bench/ is this script's folder, on sys.path
     batches: Any = iter(loader)
 
     def block(n: int) -> float:

@@ -110,11 +110,10 @@ def make_repo(root: Path, work: int) -> Path:
     return root
 
 
-def calibrate() -> tuple[float, int]:
-    """The step's time here (plain, in this process) and the matmul size adding ~3% to it."""
+def bench_model() -> tuple[Any, Any]:
+    """The script's model and optimizer (as in SCRIPT), for the in-process figures."""
     import torch
 
-    torch.set_num_threads(1)
     model = torch.nn.Sequential(
         torch.nn.Linear(256, 1024),
         torch.nn.ReLU(),
@@ -122,7 +121,15 @@ def calibrate() -> tuple[float, int]:
         torch.nn.ReLU(),
         torch.nn.Linear(1024, 10),
     )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def calibrate() -> tuple[float, int]:
+    """The step's time here (plain, in this process) and the matmul size adding ~3% to it."""
+    import torch
+
+    torch.set_num_threads(1)
+    model, opt = bench_model()
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
 
     def step() -> None:
