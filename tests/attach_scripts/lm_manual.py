@@ -42,8 +42,9 @@ class RNNModel(nn.Module):
         self.nhid = nhid
 
     def forward(self, tokens: torch.Tensor, hidden: tuple) -> tuple:
-        output, hidden = self.rnn(self.encoder(tokens), hidden)
-        return BusyBackward.apply(self.decoder(output)).view(-1, self.decoder.out_features), hidden
+        # on the embedding's output, so that its backward spins last in the backward pass
+        output, hidden = self.rnn(BusyBackward.apply(self.encoder(tokens)), hidden)
+        return self.decoder(output).view(-1, self.decoder.out_features), hidden
 
     def init_hidden(self, bsz: int) -> tuple:
         weight = next(self.parameters())
@@ -86,9 +87,9 @@ def main() -> None:
             loss = criterion(output, targets)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-            busy("optimizer")
             for p in model.parameters():
                 p.data.add_(p.grad, alpha=-lr)
+            busy("optimizer")  # at the stage's end: see _knobs.busy
             done += 1
             if done == total:
                 break
