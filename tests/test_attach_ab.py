@@ -221,13 +221,23 @@ def arms(tmp_path: Path) -> tuple[ScriptArm, ScriptArm]:
     return ScriptArm(cmd, tmp_path, ref="HEAD~1", commit="a" * 40), ScriptArm(cmd, tmp_path)
 
 
-def test_long_lived_arms_alternate_and_the_slow_stage_is_named(tmp_path: Path) -> None:
+def test_units_of_processes_alternate_and_the_slow_stage_is_named(tmp_path: Path) -> None:
     log: list[str] = []
     a, b = arms(tmp_path)
     cfg = resolve(None, "demo")
-    result = run_ab_attach(cfg, a, b, fake_spawner(log, 1.5, "custom"), pairs=12, seed=3)
-    assert spawned(log, "a") == 2 and spawned(log, "b") == 2  # two long-lived per arm
-    assert result.data["processes"] == {"a": 2, "b": 2}
+    result = run_ab_attach(cfg, a, b, fake_spawner(log, 1.5, "custom"), pairs=18, seed=3)
+    # one A and one B process per unit of 2 pairs: 9 units, started together, then ended
+    assert spawned(log, "a") == 9 and spawned(log, "b") == 9
+    assert log[:2] == ["a0:spawn", "b0:spawn"]
+    # the last unit's told to stop as the next one's start, and ended before it measures
+    assert log.index("a0:stop") < log.index("a1:spawn") < log.index("a0:end")
+    assert log.index("b0:end") < log.index("a1:go")
+    assert result.data["processes"] == {"a": 9, "b": 9}
+    assert result.data["pairs_done"] == 18 and result.data["pairs_per_process"] == 2
+    assert [u["pairs"] for u in result.data["units"]][:2] == [[0, 1], [2, 3]]
+    assert len(result.measurements["ab.b.custom"].values) == 9  # judged per unit
+    turn = result.data["turns"][0]
+    assert turn["unit"] == 0 and turn["step_s"] > 0 and "custom" in turn["stages_s"]
     assert result.environment["blocking"]  # the machine's fingerprint, for the history
     assert result.data["mode"] == LONG
     stages = {s["stage"]: s["verdict"] for s in result.data["stages"]}
@@ -235,11 +245,20 @@ def test_long_lived_arms_alternate_and_the_slow_stage_is_named(tmp_path: Path) -
     assert stages["forward"] != "regressed"
     assert result.data["verdict"] == "regressed"
     assert result.data["refs"] == {"a": {"ref": "HEAD~1", "commit": "a" * 40}}
-    assert "ab.b.custom" in result.measurements
-    assert sorted(log[-4:]) == ["a0:end", "a1:end", "b0:end", "b1:end"]  # all ended
-    assert result.data["process_spread"]["custom"] < 0.05
+    assert sorted(log[-2:]) == ["a8:end", "b8:end"]  # all ended
     write_result(result, tmp_path / "ab.json")  # the file reads back through its model
     assert load_result(tmp_path / "ab.json").data["mode"] == LONG
+
+
+def test_too_few_units_advise_pairs_that_can_decide(tmp_path: Path) -> None:
+    """8 pairs in units of 2 are 4 units: no stage can pass Holm, and the advice counts
+    pairs (18: 9 units), not units."""
+    a, b = arms(tmp_path)
+    result = run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([], 1.5), pairs=8, seed=3)
+    warning = next(w for w in result.warnings if w["code"] == "too_few_pairs")
+    assert "4 units of 2 pairs" in warning["message"]
+    assert "--pairs 18 or more" in warning["message"]
+    assert result.data["verdict"] != "regressed"
 
 
 def test_short_processes_spawn_a_process_per_turn(tmp_path: Path) -> None:
@@ -251,33 +270,43 @@ def test_short_processes_spawn_a_process_per_turn(tmp_path: Path) -> None:
     assert result.data["mode"] == SHORT
     assert spawned(log, "a") == 4 and spawned(log, "b") == 4
     assert result.data["pairs_done"] == 4
+    assert len(result.data["units"]) == 4  # each pair its own unit
 
 
 def test_an_arm_that_ends_falls_back_to_short_processes(tmp_path: Path) -> None:
     log: list[str] = []
     a, b = arms(tmp_path)
     cfg = resolve(None, "demo")
-    result = run_ab_attach(cfg, a, b, fake_spawner(log, ends=2), pairs=6, seed=1)
+    result = run_ab_attach(cfg, a, b, fake_spawner(log, ends=1), pairs=6, seed=1)
     assert result.data["mode"] == f"{LONG}, then {SHORT}"
     assert result.data["fallback"]["reason"].startswith("the process ended during its turn")
     assert len(result.data["dropped"]) == 1  # the pair the ending cut
     assert result.data["pairs_done"] == 5
+    units = [u["pairs"] for u in result.data["units"]]
+    assert units[0] == [0] and all(len(u) == 1 for u in units[1:])  # then a unit per pair
     assert any(w["code"] == "attach_fallback" for w in result.warnings)
 
 
-def test_a_difference_no_larger_than_the_process_effect_is_held_back(tmp_path: Path) -> None:
-    """B's two processes are 1.1× and 1.4× slower in `custom`: every pair says B is slower,
-    but by no more than B's own two processes differ, so no regression is claimed."""
+def test_one_slow_process_is_not_a_regression_of_its_arm(tmp_path: Path) -> None:
+    """An A/A run where one of B's processes is 1.4× slower in `custom` (two processes of the
+    same code differ): one pair of processes per unit, so it is one unit in 9, not every
+    pair: nothing is called regressed."""
     log: list[str] = []
     a, b = arms(tmp_path)
-    spawn = fake_spawner(log, stage="custom", per_process={"b0": 1.1, "b1": 1.4})
-    result = run_ab_attach(resolve(None, "demo"), a, b, spawn, pairs=12, seed=3)
+    spawn = fake_spawner(log, stage="custom", per_process={"b4": 1.4})
+    result = run_ab_attach(resolve(None, "demo"), a, b, spawn, pairs=18, seed=3)
     stages = {s["stage"]: s["verdict"] for s in result.data["stages"]}
-    assert stages["custom"] == "inconclusive"
-    assert result.data["process_spread"]["custom"] > 0.2
+    assert stages["custom"] != "regressed"
     assert result.data["verdict"] != "regressed"
-    assert any(w["code"] == "process_effect" for w in result.warnings)
     assert all(c.status != "fail" for c in result.verdict.checks)
+
+
+def test_pairs_per_process_below_one_is_usage_error(tmp_path: Path) -> None:
+    from mlbaseline.errors import UsageError
+
+    a, b = arms(tmp_path)
+    with pytest.raises(UsageError, match="--pairs-per-process"):
+        run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([]), per_process=0)
 
 
 def test_bad_turn_seconds_is_usage_error(tmp_path: Path) -> None:
@@ -392,7 +421,7 @@ def repo(tmp_path: Path) -> Path:
 
 def _mlb(repo: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "mlbaseline", "ab", "--ref-a", "HEAD~1", "--ref-b", "HEAD"]
-    cmd += ["--turn-s", "0.25", "-o", str(out), "--no-history", "--quiet", *extra]
+    cmd += ["--turn-s", "0.1", "-o", str(out), "--no-history", "--quiet", *extra]
     cmd += ["--", sys.executable, "train.py"]
     return subprocess.Popen(
         cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -408,7 +437,7 @@ def _no_worktrees_left(repo: Path, pid: int) -> None:
 
 def test_ref_a_ref_b_names_the_stage_and_removes_the_worktrees(repo: Path) -> None:
     out = repo.parent / "ab.json"
-    proc = _mlb(repo, out, "--pairs", "9")  # the fewest that can pass Holm over 7 stages
+    proc = _mlb(repo, out, "--pairs", "18")  # 9 units of 2: the fewest that can pass Holm
     _, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 1, stderr  # a stage regressed
     result = load_result(out)

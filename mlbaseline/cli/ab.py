@@ -37,7 +37,13 @@ if TYPE_CHECKING:
     from mlbaseline.runners.ab_process import Arm, ProcessRun
 
 # the runners import torch: they are imported when the command runs, not when `mlb` starts
-from mlbaseline.measure.interleave import DEFAULT_PAIRS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S
+from mlbaseline.measure.interleave import (
+    DEFAULT_ATTACH_PAIRS,
+    DEFAULT_PAIRS,
+    DEFAULT_PROCESS_PAIRS,
+    DEFAULT_TURN_S,
+    PAIRS_PER_PROCESS,
+)
 from mlbaseline.stats.paired import PAIRED_THRESHOLD
 
 _STYLE = {"regressed": "red", "improved": "green", "unchanged": "", "inconclusive": "yellow"}
@@ -59,7 +65,8 @@ def ab_data(result: Result) -> AbData:
 def ab_table(result: Result) -> Table:
     """Per stage: B/A − 1 [95% CI] (percent), Holm-adjusted p, verdict, MDE; 80 columns."""
     d = ab_data(result)
-    title = f"B vs A: {d.pairs_done} pairs, band ±{fmt.percent(d.threshold)}"
+    units = f" in {len(d.units)} units" if d.units is not None else ""
+    title = f"B vs A: {d.pairs_done} pairs{units}, band ±{fmt.percent(d.threshold)}"
     caption = "p: Wilcoxon signed-rank, Holm-adjusted; MDE at 80% power"
     table = compact_table(title, caption=caption, secondary=("MDE",))  # below, if too wide
     table.add_column("stage", no_wrap=True)
@@ -126,7 +133,8 @@ def render(result: Result, ui: Ui) -> None:
         last = escape(d.dropped[-1].error)
         ui.print(f"{len(d.dropped)} pairs dropped (a turn failed); last: {last}")
     if d.command is not None:
-        ui.print(f"mode: {d.mode}, turns of {fmt.duration(d.turn_s)}")
+        each = f", {d.pairs_per_process} pairs a unit" if d.pairs_per_process else ""
+        ui.print(f"mode: {d.mode}, turns of {fmt.duration(d.turn_s)}{each}")
     ui.print(f"stopped by {d.stop_reason}; overall: {_verdict(d.verdict)}")
 
 
@@ -148,7 +156,9 @@ class AbOptions:
     pairs: Annotated[
         OptInt,
         opt(
-            "--pairs", "Pairs (A and B) to run (default 55; 12 with --processes, --attach).", min=1
+            "--pairs",
+            "Pairs (A and B) to run (default 55; 12 with --processes, 20 with --attach).",
+            min=1,
         ),
     ] = None
     budget: Annotated[
@@ -192,7 +202,7 @@ class AbOptions:
         bool,
         typer.Option(
             "--attach",
-            help="Arms are your script (after --), unmodified: one long-lived process per arm.",
+            help="Arms are your script (after --), unmodified, in long-lived processes.",
         ),
     ] = False
     ref_a: Annotated[
@@ -204,9 +214,19 @@ class AbOptions:
     short_processes: Annotated[
         bool,
         typer.Option(
-            "--short-processes", help="--attach: a fresh process per turn, not one per arm."
+            "--short-processes", help="--attach: a fresh process per turn (--pairs-per-process 1)."
         ),
     ] = False
+    pairs_per_process: Annotated[
+        int | None,
+        typer.Option(
+            "--pairs-per-process",
+            help=f"--attach: pairs of turns one A and one B process take ({PAIRS_PER_PROCESS}).",
+            min=1,
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None
     script: Annotated[
         ListOpt,
         typer.Argument(
@@ -268,6 +288,8 @@ def _check_attach(o: AbOptions) -> None:
     if not o.attaching:
         if o.short_processes:
             raise UsageError("--short-processes: only with --attach")
+        if o.pairs_per_process is not None:
+            raise UsageError("--pairs-per-process: only with --attach")
         if o.script:
             raise UsageError(f"unexpected argument {o.script[0]!r} (a script needs --attach)")
         return
@@ -321,12 +343,13 @@ def _measure_attached(cfg: Config, o: AbOptions, ui: Ui) -> Result:
         cwds={"a": o.cwd_a, "b": o.cwd_b},
         refs={"a": o.ref_a, "b": o.ref_b},
         envs={"a": parse_env(o.env_a, "--env-a"), "b": parse_env(o.env_b, "--env-b")},
-        pairs=o.pairs or DEFAULT_PROCESS_PAIRS,
+        pairs=o.pairs or DEFAULT_ATTACH_PAIRS,
         budget_s=o.budget,
         progress=ui.progress,
         turn_s=o.turn_s or DEFAULT_TURN_S,
         threshold=o.threshold,
         short=o.short_processes,
+        per_process=o.pairs_per_process or PAIRS_PER_PROCESS,
     )
 
 
@@ -350,11 +373,13 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
 
     With --attach, the arms are two versions of your own training script (the command after
     --), unmodified: run in --cwd-a and --cwd-b, or, with --ref-a/--ref-b, in temporary git
-    worktrees of this repository at those refs (removed afterwards, Ctrl-C included). Each arm
-    is one long-lived process that warms up once, then measures --turn-s seconds of steps per
-    turn while the other waits; if that cannot go on (an arm's script ended), or with
-    --short-processes, each turn is a fresh process. Every stage the hooks see, and the
-    script's own, is judged per pair of turns.
+    worktrees of this repository at those refs (removed afterwards, Ctrl-C included). An A and
+    a B process start together, warm up once, then take --pairs-per-process pairs of turns
+    (each --turn-s seconds of steps while the other waits) before fresh ones start: two
+    processes of the same script differ by a few percent, so these units of processes, not
+    the turns, are what the test counts. If a process cannot go on (its script ended), or
+    with --short-processes, each turn is a fresh process. Every stage the hooks see, and the
+    script's own, is judged.
 
     Example: mlb ab --set-b workload.threads=2 --pairs 55 -o ab.json
 

@@ -106,6 +106,9 @@ class Turn(Strict):
     steps: int | None = None
     fresh: bool | None = None
     process: int | None = None  # which of the arm's long-lived processes took it
+    unit: int | None = None  # --attach: the unit (an A and a B process) it was judged in
+    step_s: Num = None  # --attach: the turn's median step and stage times
+    stages_s: dict[str, FiniteFloat] | None = None
 
 
 class Fallback(Strict):
@@ -115,6 +118,13 @@ class Fallback(Strict):
     pair: int
     arm: str
     reason: str
+
+
+class Unit(Strict):
+    """`--attach`: one judged unit, an A and a B process, and the pairs of turns it took."""
+
+    unit: int
+    pairs: list[int]
 
 
 class Ref(Strict):
@@ -205,5 +215,10 @@ class Data(Strict):
     processes: ArmPair | None = None
     fallback: Fallback | None = None
     refs: dict[str, Ref] | None = None
-    # stage -> how much two long-lived processes of one arm differed (ratio − 1)
+    # the units judged: each one A and one B process, the pairs of turns they took (the
+    # metrics' replicate ids are the units'); --pairs-per-process
+    units: list[Unit] | None = None
+    pairs_per_process: int | None = None
+    # files written before the units (one process per arm rotating): stage -> how much two
+    # long-lived processes of one arm differed (ratio − 1); no longer written
     process_spread: dict[str, FiniteFloat] | None = None

@@ -14,6 +14,9 @@ import random
 DEFAULT_PAIRS = 55  # in one process: the A/A run, ±2.5 % CI of the per-pair ratio
 DEFAULT_PROCESS_PAIRS = 12  # fresh processes: above the 9 that can pass Holm over 7 stages
 DEFAULT_TURN_S = 2.0  # measured seconds per fresh-process turn: a pair is a short time span
+# --attach: an A and a B process take this many pairs of turns (a unit, what the test counts)
+PAIRS_PER_PROCESS = 2
+DEFAULT_ATTACH_PAIRS = 20  # 10 units of 2: above the 9 units that can pass Holm over 7 stages
 
 ARMS = ("a", "b")
 BLOCKS = (("AB", "BA"), ("BA", "AB"))

@@ -160,11 +160,14 @@ def ab_result(
     meta: dict[str, Any] | None = None,
     control_meta: dict[str, Any] | None = None,
     extra_stages: Sequence[str] = (),
+    per_unit: int = 1,
 ) -> Result:
     """The versioned result: both arms' raw samples (pair ids as replicate ids), the order,
     per-stage verdicts with one check each (regressed fails), the overall verdict; the control
     kernel's samples (`ab.control.matmul`, with `control_meta`) and the drift record.
-    `extra_stages`: stages beyond the training stages (a script's own), judged like them."""
+    `extra_stages`: stages beyond the training stages (a script's own), judged like them.
+    `per_unit`: pairs of turns in each entry of `log` (`--attach`'s units of processes), for
+    the advice when there are too few."""
     result = Result(kind="ab", config={"a": cfg_a.to_dict(), "b": cfg_b.to_dict()})
     ids = list(range(len(log.done)))
     compared = (*TRAIN_STAGES, *extra_stages, "step")
@@ -204,7 +207,7 @@ def ab_result(
     }
     if log.stop_reason == "interrupted":
         result.mark("interrupted", f"Ctrl-C: {len(log.done)} finished pairs kept")
-    _warn_pairs(result, len(log.done), cfg_a.compare.alpha, len(compared))
+    _warn_pairs(result, len(log.done), cfg_a.compare.alpha, len(compared), per_unit)
     return result
 
 
@@ -246,20 +249,24 @@ def _drift(
     return held, stats.overall_verdict(held), doc
 
 
-def _warn_pairs(result: Result, n: int, alpha: float, k: int = len(COMPARED)) -> None:
-    """Fewer pairs than the signed-rank test needs to pass Holm's alpha/k: no stage can be
-    called regressed or improved, whatever the data; the advice is a count that can."""
+def _warn_pairs(
+    result: Result, n: int, alpha: float, k: int = len(COMPARED), per_unit: int = 1
+) -> None:
+    """Fewer pairs (or units of `per_unit` pairs) than the signed-rank test needs to pass
+    Holm's alpha/k: no stage can be called regressed or improved, whatever the data; the
+    advice is a count that can."""
     need = pairs_reachable(k, alpha)
     if n >= need:
         return
     floor = f"its smallest p is {min_wilcoxon_p(n):.2g}" if n >= 2 else "none"
+    what = f"{n} pairs" if per_unit == 1 else f"{n} units of {per_unit} pairs (processes)"
     result.warn(
         "too_few_pairs",
-        f"{n} pairs: the signed-rank test ({floor}) cannot pass Holm's alpha/k = "
+        f"{what}: the signed-rank test ({floor}) cannot pass Holm's alpha/k = "
         f"{alpha:g}/{k} = {alpha / k:.2g}, so no stage can be called regressed or improved; "
-        f"run --pairs {need} or more",
+        f"run --pairs {need * per_unit} or more",
         pairs=n,
-        needed=need,
+        needed=need * per_unit,
     )
 
 

@@ -2,21 +2,29 @@
 
 Each arm is the same command (`python train.py …`) run in its own folder (two checkouts:
 `--cwd-a/--cwd-b`, or the worktrees `runners.worktrees` makes for `--ref-a/--ref-b`), under the
-attach hooks in turn mode (`runners.attach_turns`, the child's side). By default each arm is
-ONE long-lived process: it is started at its first turn, pays its import and warm-up once, and
-then waits, blocked at a step's end, while the other arm runs. A turn is `turn_s` seconds of
-that arm's steady-state steps; the turns run pair by pair in the ABBA/BAAB order of
-`measure.interleave.abba_order`, through `runners.ab.run_pairs` (budget, Ctrl-C keeps the
-finished pairs, a failed turn drops its pair, `MAX_FAILURES` in a row stop the run).
+attach hooks in turn mode (`runners.attach_turns`, the child's side). The turns run pair by pair
+in the ABBA/BAAB order of `measure.interleave.abba_order`, through `runners.ab.run_pairs`
+(budget, Ctrl-C keeps the finished pairs, a failed turn drops its pair, `MAX_FAILURES` in a row
+stop the run). A turn is `turn_s` seconds of one arm's steady-state steps while the other arm's
+process waits, blocked at a step's end.
 
-Each turn is summarised by its median step and the median of each stage (the training stages,
-any stage the script adds, and the residual); the per-pair ratios B/A of those go to
-`runners.ab.ab_result` (`stats.compare_paired`: Wilcoxon signed-rank, Holm, bootstrap CI),
-the same statistics, verdicts and result shape as every `mlb ab`.
+**Processes, and the unit the statistics count.** Two processes of the same script differ by
+a few percent for as long as they live (memory layout, the core they run on): measured here, one
+process in four was 4-7% slower at its step than three others of the same code. One process per
+arm would put that difference into every pair, and a paired test over the pairs would call it a
+regression with great confidence (the A/A runs did, 2 in 8). So the processes come in *units*:
+an A process and a B process, started together (their import and warm-up overlap), take
+`pairs_per_process` consecutive pairs of turns, then both are ended and the next unit's pair
+starts. Each unit is summarised by the median over its turns of each turn's median step and
+stage times, and the per-unit ratios B/A go to `runners.ab.ab_result` (`stats.compare_paired`:
+Wilcoxon signed-rank, Holm, bootstrap CI), the same statistics, verdicts and result shape as
+every `mlb ab`: the process effect is in the spread the test sees, not hidden from it. Import
+and warm-up are paid once per unit, not once per turn; `pairs_per_process=1` is a fresh process
+per turn.
 
-When the long-lived processes cannot alternate (one of them ended or stopped answering), the
-rest of the run falls back to a short fresh process per turn for both arms (each pays its
-warm-up, then measures one turn and is stopped), and the result says so: `data.mode` is
+When a process cannot go on (its script ended, or it stopped answering), the rest of the run
+falls back to a short fresh process per turn for both arms (each pays its warm-up, measures one
+turn and is stopped; each pair its own unit), and the result says so: `data.mode` is
 "long-lived", "short-processes" (`short=True`, or asked for) or "long-lived, then
 short-processes" with `data.fallback` saying after which pair and why.
 """
@@ -26,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import math
 import os
 import select
 import signal
@@ -38,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mlbaseline import formatting as fmt
 from mlbaseline import scratch, stats
 from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
@@ -46,33 +52,40 @@ from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.gpu import GpuProbe
-from mlbaseline.measure.interleave import ARMS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S, abba_order
+from mlbaseline.measure.interleave import (
+    ARMS,
+    DEFAULT_ATTACH_PAIRS,
+    DEFAULT_TURN_S,
+    PAIRS_PER_PROCESS,
+    abba_order,
+)
+from mlbaseline.measure.memory_step import StepMemory
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.results import Result
 from mlbaseline.runners.ab import (
     MAX_FAILURES,
+    PairLog,
     TurnFailed,
     ab_result,
     check_turns,
     run_pairs,
-    stage_values,
 )
 from mlbaseline.runners.attach_turns import MIN_STEPS, turn_memory
 from mlbaseline.runners.worktrees import signals_held, worktrees
 from mlbaseline.safewrite import open_stream
 
 START_TIMEOUT_S = 300.0  # import + first step + warm-up of one arm's process
-PROCESSES_PER_ARM = 2  # long-lived processes per arm: their spread is the process effect
 TURN_SLACK_S = 60.0  # a turn that has not answered turn_s + this later is lost
 STOP_GRACE_S = 10.0  # a stopped arm ends at its next step's end; then SIGINT, then SIGKILL
 LONG, SHORT = "long-lived", "short-processes"
 NOT_STAGES = ("residual", "eval")  # kept apart or derived: never a judged stage of the step
 METHOD = (
-    "one long-lived process per arm (or a fresh one per turn, see mode), turns of --turn-s "
-    "seconds after the warm-up; per-pair log-ratio B/A of each turn's median step and stage "
-    "times; median, bootstrap CI; Wilcoxon signed-rank; Holm"
+    "units of one A and one B process (--pairs-per-process pairs of turns each, or a fresh "
+    "process per turn, see mode), turns of --turn-s seconds after the warm-up; per-unit "
+    "log-ratio B/A of the median over its turns of each turn's median step and stage times; "
+    "median, bootstrap CI; Wilcoxon signed-rank; Holm"
 )
 
 
@@ -234,66 +247,98 @@ def turn_times(steps: Sequence[Mapping[str, Any]]) -> tuple[StepTimes, int]:
 
 @dataclass
 class _Turns:
-    """The turn loop's side: each arm's processes (`per_arm` long-lived ones, taking the
-    arm's turns in rotation; or a fresh one per turn), the mode, every turn's record."""
+    """The turn loop's side: the processes (in LONG mode one A and one B per unit of
+    `per_process` pairs, started together; else a fresh one per turn), the mode, every
+    turn's record and every measured turn's figures."""
 
     arms: Mapping[str, ScriptArm]
     spawner: Spawner
     turn_s: float
     clock: Clock
     mode: str = LONG
-    per_arm: int = PROCESSES_PER_ARM
+    per_process: int = PAIRS_PER_PROCESS
     start_timeout_s: float = START_TIMEOUT_S
     pair: int = 0
-    children: dict[str, ArmChild] = field(default_factory=dict)  # by slot: "a0", "b1", …
+    children: dict[str, ArmChild] = field(default_factory=dict)  # by slot: "a0", "b3", …
     records: list[dict[str, Any]] = field(default_factory=list)
     fallback: dict[str, Any] | None = None
     started: dict[str, int] = field(default_factory=lambda: {a: 0 for a in ARMS})
-    taken: dict[str, int] = field(default_factory=lambda: {a: 0 for a in ARMS})
-    # (arm, slot, figures) of every turn a long-lived process measured
-    figures: list[tuple[str, int, StepTimes]] = field(default_factory=list)
+    # (arm, pair, unit, figures) of every turn measured
+    figures: list[tuple[str, int, int, StepTimes]] = field(default_factory=list)
 
     def step(self, arm: str) -> Callable[[], StepRecord]:
         return lambda: self.turn(arm)
 
+    def unit(self) -> int:
+        """The unit the current pair belongs to: its processes' block in LONG mode; after a
+        fallback to fresh processes, each pair its own (numbered past every block)."""
+        if self.mode == LONG:
+            return self.pair // self.per_process
+        return self.pair + self.pair // self.per_process + 1
+
     def turn(self, arm: str) -> StepRecord:
         start = self.clock.now_ns()
-        index = self.taken[arm] % self.per_arm if self.mode == LONG else 0
-        self.taken[arm] += 1
+        long = self.mode == LONG
+        index = self.unit() if long else 0
         slot = f"{arm}{index}"
         # "interrupted" unless the turn ends otherwise: Ctrl-C is the one way out unrecorded
         record: dict[str, Any] = {"pair": self.pair, "arm": arm, "status": "interrupted"}
         record.update(process=index, fresh=slot not in self.children)
         self.records.append(record)
-        long = self.mode == LONG
         try:
+            if long:
+                self._open_unit(index)
             child = self.children.get(slot) or self._start(arm, slot)
+            unit = self.unit()  # a start that failed over to fresh processes renumbers
             steps, partial = self._measure(slot, child)
         except TurnFailed as exc:
             record.update(status="failed", error=str(exc))
             raise TurnFailed(f"arm {arm.upper()}: {exc}") from None
         finally:
             record["wall_s"] = (self.clock.now_ns() - start) / 1e9
-        record.update(status="partial" if partial else "ok", steps=len(steps))
+        record.update(status="partial" if partial else "ok", steps=len(steps), unit=unit)
         if self.mode == SHORT and slot in self.children:
             self._end(slot)
         times, samples = turn_times(steps)
-        if long:
-            self.figures.append((arm, index, times))
+        record.update(step_s=times.total_s, stages_s=dict(times.stages))
+        self.figures.append((arm, self.pair, unit, times))
         return StepRecord(times, samples)
+
+    def _open_unit(self, index: int) -> None:
+        """The unit's two processes: any of this one's not running yet are started together
+        (their imports and warm-ups overlap) while the last unit's are told to stop, and
+        waited on until each is past its warm-up; the last unit's are reaped before anything
+        is measured (their exit overlaps the start, never a turn)."""
+        wanted = {f"{arm}{index}": arm for arm in ARMS}
+        old = [slot for slot in self.children if slot not in wanted]
+        for slot in old:
+            self.children[slot].send({"cmd": "stop"})
+        new = [slot for slot in wanted if slot not in self.children]
+        for slot in new:
+            self.children[slot] = self._spawn(wanted[slot])
+        for slot in new:
+            self._warmed(slot, self.children[slot])
+        for slot in old:
+            self._end(slot)
+
+    def _spawn(self, arm: str) -> ArmChild:
+        try:
+            child = self.spawner(self.arms[arm], f"{arm}{self.unit() if self.mode == LONG else 0}")
+        except OSError as exc:
+            raise TurnFailed(f"could not start {self.arms[arm].command[0]}: {exc}") from None
+        self.started[arm] += 1
+        return child
 
     def _start(self, arm: str, slot: str) -> ArmChild:
         """A new process for the arm's slot, waited on until its warm-up is over."""
-        try:
-            child = self.spawner(self.arms[arm], slot)
-        except OSError as exc:
-            raise TurnFailed(f"could not start {self.arms[arm].command[0]}: {exc}") from None
-        self.children[slot] = child
-        self.started[arm] += 1
+        child = self.children[slot] = self._spawn(arm)
+        self._warmed(slot, child)
+        return child
+
+    def _warmed(self, slot: str, child: ArmChild) -> None:
         event = self._next(slot, child, self.start_timeout_s, "warm-up")
         while event.get("event") != "measuring":
             event = self._next(slot, child, self.start_timeout_s, "warm-up")
-        return child
 
     def _measure(self, slot: str, child: ArmChild) -> tuple[list[dict[str, Any]], bool]:
         child.send({"cmd": "go", "seconds": self.turn_s})
@@ -356,55 +401,45 @@ def extra_stages(log_times: Mapping[str, Sequence[StepTimes]]) -> list[str]:
     return sorted(seen - set(TRAIN_STAGES) - set(NOT_STAGES))
 
 
-def process_spread(
-    figures: Sequence[tuple[str, int, StepTimes]], stages: Sequence[str]
-) -> dict[str, float]:
-    """Per stage, the process effect seen in the run: between two long-lived processes of
-    the SAME arm (the same code), the |log ratio| of their turns' medians; the larger of the
-    two arms'. Only stages with two processes of one arm measured are given."""
-    out: dict[str, float] = {}
-    for stage in stages:
+def pooled_times(times: Sequence[StepTimes]) -> StepTimes:
+    """One unit's figures from its turns': the median of the turns' step, of each stage
+    (a turn without it counts 0) and of each memory figure (where every turn has one)."""
+    names = sorted({n for t in times for n in t.stages})
+    stages = {n: statistics.median(t.stages.get(n, 0.0) for t in times) for n in names}
+    mems = [t.memory for t in times]
+    memory = None
+    if all(m is not None and m.peak is not None for m in mems):
+        held_names = sorted({k for m in mems if m for k in m.held})
+        held = {k: int(statistics.median(m.held.get(k, 0) for m in mems if m)) for k in held_names}
+        peak = int(statistics.median(m.peak for m in mems if m and m.peak is not None))
+        reserved = [m.reserved for m in mems if m]
+        pool = int(statistics.median(reserved)) if all(r is not None for r in reserved) else None
+        first = mems[0]
+        kinds = {"kind": first.kind, "peak_kind": first.peak_kind} if first else {}
+        memory = StepMemory(held, peak, pool, **kinds)
+    step = statistics.median(t.total_s for t in times)
+    return StepTimes(total_s=step, stages=stages, memory=memory)
+
+
+def unit_log(
+    log: PairLog, figures: Sequence[tuple[str, int, int, StepTimes]]
+) -> tuple[PairLog, list[list[int]]]:
+    """The pair log the statistics judge: one entry per unit (its pooled turns, over the
+    pairs both of whose turns were measured), in the order the units ran; and each unit's
+    pairs. The warm-up, stop reason and dropped pairs are the turn log's."""
+    by_pair: dict[int, dict[str, tuple[int, StepTimes]]] = {}
+    for arm, pair, unit, times in figures:
+        by_pair.setdefault(pair, {})[arm] = (unit, times)
+    units: dict[int, list[int]] = {}
+    for pair, got in sorted(by_pair.items()):
+        if len(got) == len(ARMS):
+            units.setdefault(got["a"][0], []).append(pair)
+    out = PairLog(stop_reason=log.stop_reason, dropped=list(log.dropped))
+    for pairs in units.values():
         for arm in ARMS:
-            per: dict[int, list[float]] = {}
-            for who, slot, times in figures:
-                if who == arm:
-                    per.setdefault(slot, []).extend(stage_values([times], stage))
-            meds = [m for m in (statistics.median(v) for v in per.values()) if m > 0]
-            if len(meds) >= 2:
-                out[stage] = max(out.get(stage, 0.0), math.log(max(meds) / min(meds)))
-    return out
-
-
-def hold_back(result: Result, spread: Mapping[str, float]) -> list[str]:
-    """A stage called regressed or improved whose CI does not clear the process effect (its
-    bound nearest no-change is within the spread between two processes of one arm) is held
-    back as inconclusive: one process per arm confounds the arm with the process, so a
-    difference no larger than two processes of the same code show is not evidence.
-    Returns the stages held back (their checks warn, the overall verdict is recomputed)."""
-    held = []
-    for entry in result.data["stages"]:
-        if entry["verdict"] not in ("regressed", "improved") or entry["stage"] not in spread:
-            continue
-        low, high = entry["ci_low"], entry["ci_high"]
-        near = math.log(low) if entry["verdict"] == "regressed" else -math.log(high)
-        if near <= spread[entry["stage"]]:
-            entry["verdict"] = "inconclusive"
-            held.append(entry["stage"])
-    if not held:
-        return held
-    for check in result.verdict.checks:
-        if check.name.removeprefix("ab.") in held:
-            check.status = "warn"
-    judged = [stats.PairedStage(**e) for e in result.data["stages"]]
-    result.data["verdict"] = stats.overall_verdict(judged)
-    shown = ", ".join(f"{s} {fmt.percent(math.expm1(spread[s]), 1)}" for s in held)
-    result.warn(
-        "process_effect",
-        f"two processes of the same arm differ as much as the arms ({shown}): held back as "
-        "inconclusive; run more pairs, or --short-processes (a fresh process per turn)",
-        stages=held,
-    )
-    return held
+            out.times[arm].append(pooled_times([by_pair[p][arm][1] for p in pairs]))
+        out.done.append(f"{len(pairs)} pairs")
+    return out, list(units.values())
 
 
 def run_ab_attach(
@@ -412,7 +447,7 @@ def run_ab_attach(
     arm_a: ScriptArm,
     arm_b: ScriptArm,
     spawner: Spawner,
-    pairs: int = DEFAULT_PROCESS_PAIRS,
+    pairs: int = DEFAULT_ATTACH_PAIRS,
     budget_s: float | None = None,
     progress: Progress | None = None,
     *,
@@ -420,21 +455,26 @@ def run_ab_attach(
     threshold: float = stats.PAIRED_THRESHOLD,
     seed: int | None = None,
     short: bool = False,
-    per_arm: int = PROCESSES_PER_ARM,
+    per_process: int = PAIRS_PER_PROCESS,
     probe: GpuProbe | None = None,
     clock: Clock | None = None,
     max_failures: int = MAX_FAILURES,
 ) -> Result:
     """Run the two arms' turns, `pairs` pairs in ABBA/BAAB order (or until `budget_s`), and
-    judge B/A per stage from each turn's medians. `cfg` gives the statistics' settings
-    (compare.alpha, …) and `seed` (default its golden.seed) the order and the bootstrap;
-    `spawner` starts one arm's process; `short`: a fresh process per turn from the start."""
+    judge B/A per stage from each unit's figures (`per_process` pairs of one A and one B
+    process; `short`: a fresh process per turn from the start, each pair a unit). `cfg`
+    gives the statistics' settings (compare.alpha, …) and `seed` (default its golden.seed)
+    the order and the bootstrap; `spawner` starts one arm's process."""
     check_turns(pairs, turn_s, budget_s)
+    if per_process < 1:
+        raise UsageError("--pairs-per-process: must be >= 1")
+    per_process = 1 if short else per_process
     arms = {"a": arm_a, "b": arm_b}
     seed = cfg.golden.seed if seed is None else seed
     order = abba_order(pairs, seed)
     clock = clock or PerfClock()
-    turns = _Turns(arms, spawner, turn_s, clock, mode=SHORT if short else LONG, per_arm=per_arm)
+    mode = SHORT if short else LONG
+    turns = _Turns(arms, spawner, turn_s, clock, mode=mode, per_process=per_process)
     progress = progress or NullProgress()
     try:
         with progress.task("ab: pairs (attached)", total=pairs) as task:
@@ -447,10 +487,12 @@ def run_ab_attach(
             log = run_pairs(steps, order, budget_s, clock, 0, on_pair, max_failures)
     finally:
         turns.close()
+    units, members = unit_log(log, turns.figures)
     extra = extra_stages(log.times)
     meta: dict[str, Any] = {
         "mode": turns.mode_ran(short),
         "pairs_requested": pairs,
+        "pairs_per_process": per_process,
         "budget_s": budget_s,
         "turn_s": turn_s,
         "planned_order": order,
@@ -458,8 +500,16 @@ def run_ab_attach(
         "arms": {arm: spec.describe() for arm, spec in arms.items()},
         "command": list(arm_a.command),
     }
-    result = ab_result(cfg, cfg, log, threshold, seed, meta, extra_stages=extra)
-    _annotate(result, turns, arms, extra)
+    result = ab_result(
+        cfg, cfg, units, threshold, seed, meta, extra_stages=extra, per_unit=per_process
+    )
+    result.data.update(
+        pairs_done=len(log.done),
+        order=list(log.done),
+        pairs=[{"pair": i, "order": o} for i, o in enumerate(log.done)],
+        units=[{"unit": i, "pairs": p} for i, p in enumerate(members)],
+    )
+    _annotate(result, turns, arms)
     # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
     # one `auto` finds here is the likely one, and the history groups results by it)
     result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
@@ -469,15 +519,10 @@ def run_ab_attach(
     return result
 
 
-def _annotate(
-    result: Result, turns: _Turns, arms: Mapping[str, ScriptArm], extra: Sequence[str]
-) -> None:
-    """The turns, the processes, the process effect (and what it held back), the fallback
-    and the refs, on the verdict result."""
+def _annotate(result: Result, turns: _Turns, arms: Mapping[str, ScriptArm]) -> None:
+    """The turns (each with its figures), the processes, the fallback and the refs, on the
+    verdict result."""
     result.data.update(method=METHOD, turns=turns.records, processes=dict(turns.started))
-    spread = process_spread(turns.figures, [*TRAIN_STAGES, *extra, "step"])
-    result.data["process_spread"] = {k: math.expm1(v) for k, v in spread.items()}
-    hold_back(result, spread)
     if turns.fallback is not None:
         result.data["fallback"] = turns.fallback
         result.warn(
@@ -549,15 +594,19 @@ def run_script_ab(
 
 
 __all__ = [
+    "DEFAULT_ATTACH_PAIRS",
     "LONG",
+    "PAIRS_PER_PROCESS",
     "SHORT",
     "ArmChild",
     "PipeChild",
     "ScriptArm",
     "Spawner",
     "extra_stages",
+    "pooled_times",
     "run_ab_attach",
     "run_script_ab",
     "script_arms",
     "turn_times",
+    "unit_log",
 ]

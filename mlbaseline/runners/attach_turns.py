@@ -1,12 +1,12 @@
 """The child side of a paired A/B of a script (`MLB_ATTACH_MODE=turns`): one arm's turns.
 
-`mlb ab --attach` keeps one long-lived process per arm, running the user's unmodified script,
-and lets the arms take turns. This sink gets one step record per training step from the
-attach hooks (`sink.on_step(record)`, called at each step's end, inside the optimizer-step
-post hook). It feeds the steps to `measure.loop.StepLoop`, the warm-up detection every path
-uses, and once the warm-up is over it says `{"event":"measuring"}` on the status fd and blocks
-at that step's end, reading the control fd. Blocking there is safe: the script just waits
-inside `optimizer.step()`, holding nothing another process needs.
+`mlb ab --attach` runs the user's unmodified script in long-lived processes, an A and a B
+process at a time, and lets the arms take turns. This sink gets one step record per training
+step from the attach hooks (`sink.on_step(record)`, called at each step's end, inside the
+optimizer-step post hook). It feeds the steps to `measure.loop.StepLoop`, the warm-up detection
+every path uses, and once the warm-up is over it says `{"event":"measuring"}` on the status fd
+and blocks at that step's end, reading the control fd. Blocking there is safe: the script just
+waits inside `optimizer.step()`, holding nothing another process needs.
 
 - `{"cmd":"go","seconds":T}`: measure T seconds of steps (at least `min_steps`), then write
   `{"event":"turn","steps":[…]}` and block again. The step that spans the wait is not kept
