@@ -4,9 +4,9 @@ A process-level comparison (the plain script against the script under `mlb attac
 own process) cannot see 1%: two processes of the same script differ by ±3% on this machine. Here
 one process alternates blocks of STEPS steps with the hooks and attach's measuring sink installed
 (the stop rule, the telemetry sampler and the memory readings running, as under `mlb attach`)
-and blocks with them uninstalled, ROUNDS times; each round's hooked block median minus its plain
-block median is one paired difference. Prints one JSON line: the step (plain), the added
-seconds per step (median of the rounds) and their spread.
+and blocks with them uninstalled, ROUNDS times, hooked first in every other round; each
+round's hooked block median minus its plain block median is one paired difference. Prints one
+JSON line: the step (plain), the added seconds per step (median of the rounds), their spread.
 
 Usage: attach_overhead_child.py ROUNDS STEPS BATCH [KEY=VALUE…]
 """
@@ -63,14 +63,20 @@ def main() -> None:
     sink = MeasureSink(cfg, lambda event: None, None, {})
     block(steps)  # warm-up, unhooked
     plain, added = [], []
-    for _ in range(rounds):
-        installed = hooks.install(sink)
-        sink.hooks = installed
-        hooked = block(steps)
-        installed.uninstall()
-        base = block(steps)
-        plain.append(base)
-        added.append(hooked - base)
+    for i in range(rounds):
+        # the two blocks' order alternates round by round: whichever runs second meets a
+        # warmer (or a more crowded) machine, and that must not count as the hooks' cost
+        got = {}
+        for hooked in (True, False) if i % 2 == 0 else (False, True):
+            if not hooked:
+                got[False] = block(steps)
+                continue
+            installed = hooks.install(sink)
+            sink.hooks = installed
+            got[True] = block(steps)
+            installed.uninstall()
+        plain.append(got[False])
+        added.append(got[True] - got[False])
     if sink._sampler is not None:
         sink._sampler.stop()
     print(
