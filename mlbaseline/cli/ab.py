@@ -374,12 +374,10 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
     With --attach, the arms are two versions of your own training script (the command after
     --), unmodified: run in --cwd-a and --cwd-b, or, with --ref-a/--ref-b, in temporary git
     worktrees of this repository at those refs (removed afterwards, Ctrl-C included). An A and
-    a B process start together, warm up once, then take --pairs-per-process pairs of turns
-    (each --turn-s seconds of steps while the other waits) before fresh ones start: two
-    processes of the same script differ by a few percent, so these units of processes, not
-    the turns, are what the test counts. If a process cannot go on (its script ended), or
-    with --short-processes, each turn is a fresh process. Every stage the hooks see, and the
-    script's own, is judged.
+    a B process warm up together, then take --pairs-per-process pairs of --turn-s turns:
+    these units of processes (two processes of one script differ by a few percent), not the
+    turns, are what the test counts; --short-processes: a fresh process per turn. Every
+    stage the hooks see, and the script's own, is judged.
 
     Example: mlb ab --set-b workload.threads=2 --pairs 55 -o ab.json
 

@@ -269,6 +269,23 @@ class _Turns:
     def step(self, arm: str) -> Callable[[], StepRecord]:
         return lambda: self.turn(arm)
 
+    def run(
+        self, order: list[str], budget_s: float | None, progress: Progress, max_failures: int
+    ) -> PairLog:
+        """The turns, pair by pair in `order` (`runners.ab.run_pairs`); every process is
+        ended afterwards, however the loop ended."""
+        try:
+            with progress.task("ab: pairs (attached)", total=len(order)) as task:
+
+                def on_pair(i: int) -> None:
+                    self.pair = i + 1
+                    task.advance()
+
+                steps = {arm: self.step(arm) for arm in ARMS}
+                return run_pairs(steps, order, budget_s, self.clock, 0, on_pair, max_failures)
+        finally:
+            self.close()
+
     def unit(self) -> int:
         """The unit the current pair belongs to: its processes' block in LONG mode; after a
         fallback to fresh processes, each pair its own (numbered past every block)."""
@@ -475,18 +492,7 @@ def run_ab_attach(
     clock = clock or PerfClock()
     mode = SHORT if short else LONG
     turns = _Turns(arms, spawner, turn_s, clock, mode=mode, per_process=per_process)
-    progress = progress or NullProgress()
-    try:
-        with progress.task("ab: pairs (attached)", total=pairs) as task:
-
-            def on_pair(i: int) -> None:
-                turns.pair = i + 1
-                task.advance()
-
-            steps = {arm: turns.step(arm) for arm in ARMS}
-            log = run_pairs(steps, order, budget_s, clock, 0, on_pair, max_failures)
-    finally:
-        turns.close()
+    log = turns.run(order, budget_s, progress or NullProgress(), max_failures)
     units, members = unit_log(log, turns.figures)
     extra = extra_stages(log.times)
     meta: dict[str, Any] = {
@@ -503,13 +509,7 @@ def run_ab_attach(
     result = ab_result(
         cfg, cfg, units, threshold, seed, meta, extra_stages=extra, per_unit=per_process
     )
-    result.data.update(
-        pairs_done=len(log.done),
-        order=list(log.done),
-        pairs=[{"pair": i, "order": o} for i, o in enumerate(log.done)],
-        units=[{"unit": i, "pairs": p} for i, p in enumerate(members)],
-    )
-    _annotate(result, turns, arms)
+    _annotate(result, turns, arms, log, members)
     # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
     # one `auto` finds here is the likely one, and the history groups results by it)
     result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
@@ -519,9 +519,21 @@ def run_ab_attach(
     return result
 
 
-def _annotate(result: Result, turns: _Turns, arms: Mapping[str, ScriptArm]) -> None:
-    """The turns (each with its figures), the processes, the fallback and the refs, on the
-    verdict result."""
+def _annotate(
+    result: Result,
+    turns: _Turns,
+    arms: Mapping[str, ScriptArm],
+    log: PairLog,
+    members: Sequence[Sequence[int]],
+) -> None:
+    """The pairs of turns and the units they formed (the result judged the units), the turns
+    (each with its figures), the processes, the fallback and the refs, on the verdict result."""
+    result.data.update(
+        pairs_done=len(log.done),
+        order=list(log.done),
+        pairs=[{"pair": i, "order": o} for i, o in enumerate(log.done)],
+        units=[{"unit": i, "pairs": list(p)} for i, p in enumerate(members)],
+    )
     result.data.update(method=METHOD, turns=turns.records, processes=dict(turns.started))
     if turns.fallback is not None:
         result.data["fallback"] = turns.fallback
