@@ -10,9 +10,9 @@ stage's median with the busy-wait minus without it, against the busy-wait's leng
 stage also does real work); the script's own stdout, stderr and exit code are what it gives run
 plainly; the result goes through `mlb compare`, `mlb report` and the history.
 
-Each script is run three times, shared by every assertion through a module-scoped fixture: plainly,
-attached with `--then continue` (measured, then left to finish: its whole output and exit code),
-and attached with a busy-wait under the default `--then stop`.
+Each script is run plainly, attached with `--then continue` (measured, then left to finish: its
+whole output and exit code), and attached once per busy-wait under the default `--then stop`,
+shared by every assertion through a module-scoped fixture.
 """
 
 from __future__ import annotations
@@ -62,15 +62,17 @@ class Busy:
 @dataclass(frozen=True)
 class Case:
     script: str
-    busy: dict[str, Busy]  # stage -> the busy-wait put there (all in the same run)
+    busy: dict[str, Busy]  # stage -> the busy-wait put there (each in a run of its own)
     needs: str | None = None  # an optional package the script imports
 
 
 # Busy-waits in stages whose own work is small beside them (bench `accuracy` puts nothing else in
 # a stage): a stage's own work varies from step to step and runs slower after a long spin (caches
-# cooled by the machine's other programs: +4.5% on a 30 ms spin in a 10 ms backward), so a
-# heavy stage would blur the ±2%; each spin sits at its stage's end, so that what its cooling
-# slows falls mostly on the next stage (_knobs.busy). Together they cover data wait, loss,
+# cooled by the machine's other programs: 0.8 ms of MLP took +27% after a 10 ms spin, +63% after
+# 20 ms, here), so a heavy stage would blur the ±2%. Each spin sits at its stage's very end, so
+# that the work it slows is the next stage's (_knobs.busy), and each has a run of its own: a spin
+# in the same step would slow another stage's own work on its "with" steps only (lm_manual's
+# update after its backward's spin: +4%). Together they cover data wait, loss,
 # backward and optimizer, and the step boundary each way: an optimizer step, accumulation, a
 # manual update (the small LM, whose backward is light), Lightning's closure inside
 # optimizer.step, the HF Trainer. The scripts offer more (forward; Lightning's backward), unused
@@ -102,16 +104,14 @@ class Runs:
     case: Case
     plain: Proc
     attached: Proc  # --then continue, no busy-wait
-    busy: Proc  # default --then stop, with the busy-waits
-    base_path: Path
-    busy_path: Path
+    busy: dict[str, Proc]  # stage -> its busy run (default --then stop)
+    paths: dict[str, Path]  # "base" or a busy stage -> its result file
     spins: dict[str, list[float]]  # stage -> the busy-waits' actual lengths, in order
-    load: dict[str, dict[str, Any]]  # "base"/"busy": foreign CPU meanwhile (contamination)
+    load: dict[str, dict[str, Any]]  # "base" or a stage -> foreign CPU meanwhile (contamination)
 
     def result(self, which: str) -> Result:
-        path, proc = (
-            (self.base_path, self.attached) if which == "base" else (self.busy_path, self.busy)
-        )
+        """`which`: "base" (the --then continue run) or a busy stage (its run)."""
+        path, proc = self.paths[which], self.attached if which == "base" else self.busy[which]
         assert path.is_file(), f"{self.name}: no result (exit {proc.rc})\n{proc.stderr[-3000:]}"
         return load_result(path, ["throughput"])
 
@@ -153,37 +153,39 @@ def _spins(log: Path) -> dict[str, list[float]]:
 
 @pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    """The script run plainly, attached with --then continue, attached with its busy-waits."""
+    """The script run plainly, attached with --then continue, attached with each busy-wait."""
     name, case = request.param, CASES[request.param]
     if case.needs:
         pytest.importorskip(case.needs)
     tmp = tmp_path_factory.mktemp(f"attach-{name}")
-    config, log = tmp / "fast.yaml", tmp / "spins.txt"
+    config = tmp / "fast.yaml"
     config.write_text(FAST, encoding="utf-8")
     script = SCRIPTS / case.script
     plain = _run([sys.executable, str(script)], tmp, MLB_TEST_EXIT=str(EXIT))
     assert plain.rc == EXIT, plain.stderr[-3000:]
-    base_path, busy_path = tmp / "base.json", tmp / "busy.json"
-    then_continue = ("--then", "continue")
+    paths = {which: tmp / f"{which}.json" for which in ("base", *case.busy)}
     # mlb's own default (throughput.contamination_cores): above it, other programs' time shows
-    accounts = {which: CpuAccount(threshold_cores=0.25) for which in ("base", "busy")}
+    accounts = {which: CpuAccount(threshold_cores=0.25) for which in paths}
     with accounts["base"].phase(f"the attached run of {name}"):
         attached = _run(
-            _attach(base_path, f"attach-{name}", config, script, *then_continue),
+            _attach(paths["base"], f"attach-{name}", config, script, "--then", "continue"),
             tmp,
             MLB_TEST_EXIT=str(EXIT),
         )
-    busy = ",".join(f"{stage}:{b.seconds}:{b.per_step}" for stage, b in case.busy.items())
-    with accounts["busy"].phase(f"the busy run of {name}"):
-        busy_run = _run(
-            _attach(busy_path, f"attach-{name}-busy", config, script),
-            tmp,
-            MLB_TEST_BUSY=busy,
-            MLB_TEST_BUSY_LOG=str(log),
-        )
-    spins = _spins(log) if log.is_file() else {}
+    busy_runs: dict[str, Proc] = {}
+    spins: dict[str, list[float]] = {}
+    for stage, b in case.busy.items():
+        log = tmp / f"spins-{stage}.txt"
+        with accounts[stage].phase(f"the {stage} busy run of {name}"):
+            busy_runs[stage] = _run(
+                _attach(paths[stage], f"attach-{name}-busy-{stage}", config, script),
+                tmp,
+                MLB_TEST_BUSY=f"{stage}:{b.seconds}:{b.per_step}",
+                MLB_TEST_BUSY_LOG=str(log),
+            )
+        spins.update(_spins(log) if log.is_file() else {})
     load = {which: account.to_dict() for which, account in accounts.items()}
-    return Runs(name, case, plain, attached, busy_run, base_path, busy_path, spins, load)
+    return Runs(name, case, plain, attached, busy_runs, paths, spins, load)
 
 
 def _group(result: Result) -> str:
@@ -224,11 +226,11 @@ def test_the_scripts_output_and_exit_code_are_unchanged(runs: Runs) -> None:
 def test_a_stopped_script_printed_only_its_own_lines(runs: Runs) -> None:
     """Default --then stop: the script is stopped once measured; what it printed until then is
     the start of its plain output, with nothing of mlb's on stdout."""
-    busy, plain = runs.busy, runs.plain
-    assert busy.rc == 0, busy.stderr[-3000:]
-    printed = busy.stdout.splitlines()
-    assert printed == plain.stdout.splitlines()[: len(printed)]
-    assert runs.result("busy").data["attach"]["then"] == "stop"
+    for stage, busy in runs.busy.items():
+        assert busy.rc == 0, busy.stderr[-3000:]
+        printed = busy.stdout.splitlines()
+        assert printed == runs.plain.stdout.splitlines()[: len(printed)]
+        assert runs.result(stage).data["attach"]["then"] == "stop"
 
 
 # ------------------------------------------------------------------ stages add up, busy-wait found
@@ -239,7 +241,7 @@ def test_the_stages_add_up_to_the_step(runs: Runs) -> None:
     in), and a step's stages leave at most 2% of it to the residual (the median step: an epoch
     boundary's iterator set-up or another program's time slice makes single steps' residuals,
     which the time-weighted share in the message and mlb's own report signal show)."""
-    for which in ("base", "busy"):
+    for which in ("base", *runs.case.busy):
         result = runs.result(which)
         group = _group(result)
         step = _values(result, f"{group}.step")
@@ -277,7 +279,7 @@ def test_a_known_busy_wait_is_attributed_to_its_stage(runs: Runs, slot: int) -> 
     if slot >= len(stages):
         pytest.skip(f"{runs.name} has {len(stages)} busy-wait(s)")
     stage = stages[slot]
-    result = runs.result("busy")
+    result = runs.result(stage)
     group = _group(result)
     assert stage in _stages(result)
     busy = runs.case.busy[stage]
@@ -293,7 +295,7 @@ def test_a_known_busy_wait_is_attributed_to_its_stage(runs: Runs, slot: int) -> 
     )
     # the busy-wait is in this stage at all, on about every other step (load cannot do that)
     assert min(len(without), len(with_busy)) >= n / 4 and abs(error) < 0.5, seen
-    _skip_if_busy_machine(abs(error) > TOLERANCE, runs.load["busy"], seen)
+    _skip_if_busy_machine(abs(error) > TOLERANCE, runs.load[stage], seen)
     assert abs(error) <= TOLERANCE, seen
 
 
@@ -318,20 +320,23 @@ def _mlb(*args: Any) -> Any:
 
 def test_the_result_goes_through_compare(runs: Runs) -> None:
     """`mlb compare` reads two attach results of the script, finds them comparable, shows the
-    residual beside the stages, and its attribution has each busy stage grown, by the medians
+    residual beside the stages, and its attribution has the busy stage grown, by the medians
     of the two files (which stage moved most is left to load: the other stages drift too)."""
-    base, busy = runs.result("base"), runs.result("busy")
+    base = runs.result("base")
     group = _group(base)
-    res = _mlb("compare", runs.base_path, runs.busy_path, "--json", "--quiet", "--no-history")
-    assert res.exit_code in (0, 1), res.stderr
-    data = json.loads(res.stdout)["data"]
-    assert data["comparable"], data.get("blocking_differences")
-    names = {m["metric"] for m in data["metrics"]}
-    assert {f"{group}.step", *(f"{group}.{stage}" for stage in runs.case.busy)} <= names
-    (attribution,) = [a for a in data["attribution"] if a["group"] == group]
-    assert attribution["residual"] is not None  # the residual is shown, not folded in
-    shown = {s["stage"]: s for s in attribution["stages"]}
     for stage in runs.case.busy:
+        busy = runs.result(stage)
+        res = _mlb(
+            "compare", runs.paths["base"], runs.paths[stage], "--json", "--quiet", "--no-history"
+        )
+        assert res.exit_code in (0, 1), res.stderr
+        data = json.loads(res.stdout)["data"]
+        assert data["comparable"], data.get("blocking_differences")
+        names = {m["metric"] for m in data["metrics"]}
+        assert {f"{group}.step", f"{group}.{stage}"} <= names
+        (attribution,) = [a for a in data["attribution"] if a["group"] == group]
+        assert attribution["residual"] is not None  # the residual is shown, not folded in
+        shown = {s["stage"]: s for s in attribution["stages"]}
         old, new = (float(np.median(_values(r, f"{group}.{stage}"))) for r in (base, busy))
         assert shown[stage]["median_old"] == pytest.approx(old, rel=1e-6)
         assert shown[stage]["median_new"] == pytest.approx(new, rel=1e-6)
@@ -340,7 +345,7 @@ def test_the_result_goes_through_compare(runs: Runs) -> None:
 
 def test_the_result_goes_through_report(runs: Runs, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    res = _mlb("report", runs.base_path, "-o", out, "--quiet")
+    res = _mlb("report", runs.paths["base"], "-o", out, "--quiet")
     assert res.exit_code == 0, res.stderr
     text = (out / "baseline_report.md").read_text(encoding="utf-8")
     breakdown = text.split("## Training stage breakdown", 1)[1].split("\n## ", 1)[0]

@@ -53,10 +53,13 @@ def _write_log() -> None:
 def busy(stage: str) -> None:
     """Spin for the configured seconds of this stage, on every other step's passes.
 
-    The scripts call it at their stage's end: work that runs right after a long spin runs
-    slower (a 0.8 ms LSTM backward takes 12-22% longer after a 10 ms spin on the test machine:
-    caches and predictors cooled), and that slowdown, real time in the stage, is not the
-    spin's; at the end it falls mostly on the next stage instead."""
+    The scripts call it at their stage's very end, right before the call that starts the next
+    stage: work that runs right after a long spin runs slower (0.8 ms of MLP took +27% after a
+    10 ms spin and +63% after 20 ms on the test machine; a 0.8 ms LSTM backward +12-22%: caches
+    and predictors cooled by the machine's other programs), and that slowdown, real time in
+    whichever stage runs it, is not the spin's; right before the boundary it is the next
+    stage's. A spin inside a loss function, say, left the framework's code on the way to
+    backward cooled in the loss stage: +3% of the spin on the CI machine."""
     if stage not in _BUSY:
         return
     seconds, calls = _BUSY[stage]

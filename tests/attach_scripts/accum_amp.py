@@ -4,7 +4,7 @@ In the style of the accumulation recipes of the PyTorch AMP and Hugging Face doc
 micro-batches per optimizer step, each forward under `torch.autocast("cpu", torch.bfloat16)`, the
 loss divided by the accumulation count, `clip_grad_norm_` before `AdamW.step()`, a `StepLR`
 scheduler stepped after it. Synthetic data, no download. Busy-wait stages offered to the tests
-(MLB_TEST_BUSY, see _knobs.py): loss (in the loss function: once per micro-batch, so four times a
+(MLB_TEST_BUSY, see _knobs.py): loss (right before each micro-batch's backward: four times a
 step) and optimizer (an optimizer step pre-hook, once a step).
 """
 
@@ -20,9 +20,7 @@ ACCUMULATION_STEPS = 4
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    loss = F.cross_entropy(logits.float(), target)
-    busy("loss")  # at the stage's end: see _knobs.busy
-    return loss
+    return F.cross_entropy(logits.float(), target)
 
 
 def main() -> None:
@@ -44,6 +42,7 @@ def main() -> None:
         for i, (x, y) in enumerate(loader):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 loss = loss_fn(model(x), y) / ACCUMULATION_STEPS
+            busy("loss")  # the loss stage's very end: see _knobs.busy
             loss.backward()
             if (i + 1) % ACCUMULATION_STEPS == 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)

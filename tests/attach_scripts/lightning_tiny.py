@@ -4,9 +4,8 @@ A `LightningModule` whose `training_step` computes the loss, `configure_optimize
 Adam; `Trainer(max_steps=…)` on CPU, no logger, no checkpoints, no progress bar (so stdout is
 the script's own). Lightning runs forward and backward inside `optimizer.step(closure)`.
 Synthetic data, no download. Busy-wait stages offered to the tests (MLB_TEST_BUSY, see
-_knobs.py): forward (in the module's forward), loss (in `training_step`, after the forward)
-and backward (an autograd Function whose backward
-spins).
+_knobs.py): forward (in the module's forward), loss (in the module's `backward` hook, right
+before `loss.backward()`) and backward (an autograd Function whose backward spins).
 """
 
 from __future__ import annotations
@@ -51,8 +50,12 @@ class LitClassifier(pl.LightningModule):
         x, y = batch
         loss = F.cross_entropy(self(x), y)
         self.last_loss = loss.item()
-        busy("loss")  # as late in the stage as the script can: see _knobs.busy
         return loss
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        # Lightning's hook for a custom backward: the loss stage's very end (see _knobs.busy)
+        busy("loss")
+        super().backward(loss, *args, **kwargs)
 
     def on_train_epoch_end(self) -> None:
         print(f"epoch {self.current_epoch} step {self.global_step} loss {self.last_loss:.4f}")
