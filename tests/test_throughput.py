@@ -85,8 +85,9 @@ def test_a_slower_stage_shows_in_that_stage_only(baseline, stage, over):
     base, base_min = baseline
     result = run_throughput(config(**over), probe=NullProbe())
     slow, slow_min = medians(result), minima(result)
+    seen = {"median base": base, "median slow": slow, "fastest base": base_min, "slow": slow_min}
     # the typical step's stage grew by at least the injected cost (a spin never ends early)
-    assert slow[stage] - base[stage] >= 0.9 * DELAY
+    assert slow[stage] - base[stage] >= 0.9 * DELAY, seen
     # ...and by about that cost, not more: a load-robust upper bound is on the fastest step,
     # since load only adds (data_wait is 4 spins per batch, so 4 chances of overshoot per
     # step: a bound on medians was timing luck). Counting a 2nd batch or stage would be 2×.
@@ -98,8 +99,8 @@ def test_a_slower_stage_shows_in_that_stage_only(baseline, stage, over):
         if other != stage:
             assert abs(grown[other]) < DELAY / 3, (other, grown)
     # the step total carries it; the residual does not
-    assert slow["step"] - base["step"] >= 0.9 * DELAY
-    assert abs(slow["residual"]) < 0.05 * slow["step"]
+    assert slow["step"] - base["step"] >= 0.9 * DELAY, seen
+    assert abs(slow["residual"]) < 0.05 * slow["step"], seen
 
 
 def test_result_shape_and_alignment():
