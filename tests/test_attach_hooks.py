@@ -12,6 +12,7 @@ import torch
 from mlbaseline.measure import hooks
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.hooks import CpuMarker, HookStep, Recorder
+from mlbaseline.measure.step_cutter import HANDOVER_GAP_S
 
 
 class Sink:
@@ -238,6 +239,36 @@ def test_the_sinks_own_time_is_in_no_step() -> None:
     loop.span("data", 0.002)
     assert all(s.total_s < 0.02 for s in loop.sink.steps)
     assert loop.sink.steps[1].total_s == approx(loop.sink.steps[2].total_s)
+
+
+def test_a_sink_may_take_its_steps_in_batches_and_slow_steps_are_not_held_back() -> None:
+    """`handover_every = N` (the measuring sink's): steps reach the sink N at a time, the same
+    records as one at a time (the sink's own time still in no step); a step that ended
+    HANDOVER_GAP_S or more before the current boundary is handed over at once; flush(block)
+    hands over the rest."""
+    one, batched = Loop(cost_s=0.01), Loop(cost_s=0.01)
+    batched.sink.handover_every = 4  # type: ignore[attr-defined]
+    batched.rec = Recorder(batched.sink, CpuMarker(batched.clock))
+    for loop in (one, batched):
+        loop.rec.optimizer_created()
+        for _ in range(3):
+            loop.step()
+        loop.span("data", 0.002)
+    assert (len(one.sink.steps), len(batched.sink.steps)) == (3, 0)  # 3 waiting, fewer than 4
+    for loop in (one, batched):
+        loop.step()
+        loop.span("data", 0.002)
+    assert (len(one.sink.steps), len(batched.sink.steps)) == (4, 4)
+    assert batched.sink.steps == one.sink.steps  # the same records, the sink's time left out
+    batched.step()
+    batched.gap(HANDOVER_GAP_S)  # a pause after the step (an epoch's end, a save)
+    batched.span("data", 0.002)
+    assert len(batched.sink.steps) == 5  # not held for 3 more
+    batched.step()
+    batched.span("data", 0.002)
+    assert len(batched.sink.steps) == 5
+    batched.rec.flush(block=True)
+    assert len(batched.sink.steps) == 6
 
 
 class FakeEventMarker:

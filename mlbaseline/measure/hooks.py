@@ -206,11 +206,12 @@ class Hooks:
 
     def _wrap(self, owner: Any, name: str, kind: str) -> None:
         orig = getattr(owner, name)
-        rec, mine = self.rec, self._mine
+        rec, tid = self.rec, self._tid
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if rec.busy or not mine() or not rec.begin(kind):
+            # `_mine()` inlined: this runs for every data batch, backward and zero_grad
+            if rec.busy or rec.off or get_ident() != tid or not rec.begin(kind):
                 return orig(*args, **kwargs)
             try:
                 return orig(*args, **kwargs)
