@@ -230,8 +230,8 @@ class AbOptions:
     script: Annotated[
         ListOpt,
         typer.Argument(
-            help="--attach: the command to run in each arm, after --.",
-            metavar="[-- COMMAND...]",
+            help="--attach: the training command for each arm, after `--`: python train.py ARGS…",
+            metavar="CMD",
             show_default=False,
         ),
     ] = None

@@ -56,7 +56,7 @@ class AttachCliOptions:
     cmd: Annotated[
         list[str] | None,
         typer.Argument(
-            help="The training command, after `--`: python train.py ARGS…", metavar="CMD..."
+            help="The training command, after `--`: python train.py ARGS…", metavar="CMD"
         ),
     ] = None
     repeats: Annotated[OptStr, opt("--repeats", REPEATS_HELP, metavar="N|auto")] = None
