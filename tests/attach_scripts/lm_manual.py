@@ -5,8 +5,8 @@ token ids (synthetic here, no download) batchified into columns, batches are sli
 DataLoader), an LSTM carries its hidden state from batch to batch (`repackage_hidden` detaches
 it), gradients are clipped and the update is done by hand, `p.data.add_(p.grad, alpha=-lr)`,
 with no `torch.optim` at all. Busy-wait stages offered to the tests (MLB_TEST_BUSY, see
-_knobs.py): backward (an autograd Function whose backward spins) and optimizer (in the manual
-update).
+_knobs.py): backward (an autograd Function whose backward spins) and optimizer (right before
+the forward: the end of a manual update's stage).
 """
 
 from __future__ import annotations
@@ -83,13 +83,15 @@ def main() -> None:
             data, targets = get_batch(train_data, i)
             model.zero_grad()
             hidden = repackage_hidden(hidden)
+            # with a manual update the optimizer stage runs from backward's end to the next
+            # forward (the batch's slicing and zero_grad in it): its very end is here
+            busy("optimizer")
             output, hidden = model(data, hidden)
             loss = criterion(output, targets)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
             for p in model.parameters():
                 p.data.add_(p.grad, alpha=-lr)
-            busy("optimizer")  # at the stage's end: see _knobs.busy
             done += 1
             if done == total:
                 break
