@@ -750,3 +750,13 @@ def test_cv_advice_for_the_dataloader_is_one_it_can_follow():
     found = [s for s in signals.cv_signals([r]) if s.subject == "dataloader.w0.batch"]
     assert found and "--repeats" not in found[0].message
     assert "run it again" in found[0].message
+
+
+def test_the_terminal_says_what_was_measured_before_anything_else(tmp_path):
+    """The first lines on the terminal are the headline's "what was measured" (model, data,
+    batch sizes, device), before the file paths and any danger signal."""
+    res = runner.invoke(app, ["report", str(GOLDEN), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.stderr
+    first = " ".join(res.stderr.split()).split("report written to")[0]
+    assert first.startswith("Measured: "), res.stderr[:400]
+    assert "batch sizes" in first and "Made by: " in first and "danger signal" not in first

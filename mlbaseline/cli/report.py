@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from mlbaseline import folderlock
 from mlbaseline.cli.common import CommonOptions, Ui, command, dump_json, execute
@@ -40,6 +41,8 @@ def _summary(output: Any) -> dict[str, Any]:
 
 
 def _print(ui: Ui, output: Any) -> None:
+    for line in output.measured:  # what was measured first, before any danger signal
+        ui.print(escape(line))
     ui.print(f"[dim]report written to {output.markdown_path} ({len(output.figures)} figures)[/dim]")
     if output.html_path is not None:
         ui.print(f"[dim]HTML report (figures inline, views offline): {output.html_path}[/dim]")

@@ -25,6 +25,7 @@ from mlbaseline.report import figures as fig
 from mlbaseline.report import payloads
 from mlbaseline.report.data import Telemetry, read_telemetry, telemetry_path
 from mlbaseline.report.figures_memory import memory_figure_job
+from mlbaseline.report.headline import measured_lines
 from mlbaseline.report.inputs import ReportInput
 from mlbaseline.report.markdown import ReportContext, render_markdown
 from mlbaseline.report.sections_memory import memory_groups
@@ -54,6 +55,8 @@ class ReportOutput:
     signals: list[Signal] = field(default_factory=list)
     predictions: list[Prediction] = field(default_factory=list)
     html_path: Path | None = None  # written only when asked (`--html`)
+    # the headline's "what was measured" lines, markdown stripped (the terminal's first lines)
+    measured: list[str] = field(default_factory=list)
 
     @property
     def fired(self) -> list[Signal]:
@@ -322,7 +325,9 @@ def render_report(
 
     page = HtmlPage(after) if html else None
     md, figs, page_path = _write(Path(out_dir), REPORT_NAME, jobs, markdown, force, progress, page)
-    return ReportOutput(md, figs, ctx.signals, ctx.predictions, page_path)
+    plain = [ln.lstrip("- ").replace("**", "").replace("`", "") for ln in measured_lines(ctx)]
+    measured = [line for line in plain if line]
+    return ReportOutput(md, figs, ctx.signals, ctx.predictions, page_path, measured)
 
 
 # ---------------------------------------------------------------- compare
