@@ -154,6 +154,8 @@ def test_turns_follow_the_abba_order_and_run_a_short_child():
     assert fake.configs[0]["profile"] == "demo" and "latency" not in fake.configs[0]
     assert not Path(ta.command[-3]).exists()  # the child configs are gone with the run
     assert run.result.data["arms"]["b"]["command"] == ["/opt/py", "-m", "mlbaseline"]
+    # the machine's account of the pairs, as in-process `mlb ab` keeps it
+    assert [p["phase"] for p in run.result.data["contamination"]["phases"]] == ["ab pairs"]
 
 
 def test_process_times_are_medians_and_the_residual_its_own():

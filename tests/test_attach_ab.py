@@ -246,6 +246,8 @@ def test_units_of_processes_alternate_and_the_slow_stage_is_named(tmp_path: Path
     assert result.data["verdict"] == "regressed"
     assert result.data["refs"] == {"a": {"ref": "HEAD~1", "commit": "a" * 40}}
     assert sorted(log[-2:]) == ["a8:end", "b8:end"]  # all ended
+    # the machine's account of the pairs (the arms are this process's children)
+    assert [p["phase"] for p in result.data["contamination"]["phases"]] == ["ab pairs"]
     write_result(result, tmp_path / "ab.json")  # the file reads back through its model
     assert load_result(tmp_path / "ab.json").data["mode"] == LONG
 

@@ -108,6 +108,8 @@ def test_attach_measures_a_plain_script_leaving_its_output_alone(project: Path) 
     stages = ("data_wait", "forward", "loss", "backward", "optimizer")
     assert all(sum(result.measurements[f"train.bs4.{s}"].values) > 0 for s in stages)
     assert "recorded in the history" in run.stderr
+    # the machine's account of the measured window, as every throughput result has it
+    assert [p["phase"] for p in result.data["contamination"]["phases"]] == ["process 1"]
     # another command reads it as any throughput result
     compare = _mlb(project, "compare", "a.json", "a.json", "--no-history")
     assert compare.returncode in (0, 1), compare.stderr
@@ -128,6 +130,10 @@ def test_repeats_pool_fresh_processes_and_continue_lets_the_last_finish(project:
     block = result.data["attach"]
     assert block["then"] == "continue" and block["exit_codes"][-1] == 0
     assert block["exit_codes"][0] != 0  # stopped by SIGINT (a KeyboardInterrupt)
+    assert [p["phase"] for p in result.data["contamination"]["phases"]] == [
+        "process 1",
+        "process 2",
+    ]
     first, last = block["ended"].split("; ")
     assert first.startswith("stopped by SIGINT")
     assert last == "trained on unmeasured to its end (exit code 0)"
@@ -373,3 +379,44 @@ def test_a_script_that_trains_on_and_then_fails_fails_the_verdict() -> None:
     )
     assert [c.status for c in fine.verdict.checks] == ["pass"]
     assert int(exit_code_for(fine)) == 0
+
+
+def test_a_script_measured_while_other_programs_ran_is_marked_contaminated(
+    tmp_path: Path,
+) -> None:
+    """The window each process was measured in goes into the run's CPU account (the
+    script's own processes are mlb's tree, the rest is other programs'), like every other
+    throughput path: above the limit the result warns, and `mlb compare` says so."""
+    from mlbaseline.comparison import compare_results
+    from mlbaseline.measure.clock import ManualClock
+
+    (tmp_path / "fast.yaml").write_text(FAST)
+    cfg = resolve(tmp_path / "fast.yaml")
+    sink = attach_child.MeasureSink(cfg, lambda e: None, tmp_path / "r.json", {})
+    for step in _steps(200):
+        sink.on_step(step)
+        if sink.done:
+            break
+    result = load_result(tmp_path / "r.json", ["throughput"])
+    clock = ManualClock()
+    busy = {"s": 0.0}  # other programs take 1.5 cores while the process is measured
+    account = attach.script_account(cfg)
+    account.clock, account.busy, account.own = clock, lambda: busy["s"], lambda: 0.0
+    account.loadavg = lambda: (2.0,) * 3
+    window = attach._Measured(account, "process 1", lambda kind: None)
+    clock.advance(5.0)  # the script's imports and warm-up: before its window
+    busy["s"] += 5.0
+    window("measuring")
+    clock.advance(2.0)
+    busy["s"] += 3.0
+    window.done()
+    meta = {"command": ["python", "t.py"], "then": "stop"}
+    outcome = attach.ChildOutcome(result, "stopped by SIGINT (exit code -2)", -2)
+    pooled = attach._pooled(cfg, [outcome], None, meta, account)
+    block = pooled.data["contamination"]
+    assert block["contaminated"] and block["worst_phase"] == "process 1"
+    assert block["max_foreign_cores"] == pytest.approx(1.5)
+    (warning,) = [w for w in pooled.warnings if w["code"] == "contaminated"]
+    assert "mlb ab --attach" in warning["message"]
+    comparison = compare_results(pooled, pooled, cfg.compare, same_input=True)
+    assert any(w["code"] == "contaminated_input" for w in comparison.warnings)

@@ -306,13 +306,19 @@ def _with_threads(step: TrainStep, threads: int | None) -> Callable[[], StepReco
     return run
 
 
+def pairs_account(cfg: Config) -> CpuAccount:
+    """The CPU account of an A/B run's pairs (every mode: in this process, fresh processes,
+    attached scripts, whose processes are this one's tree): other programs' load, recorded."""
+    advice = "pairing cancels a steady load, not one that changes within a pair"
+    return CpuAccount(cfg.throughput.contamination_cores, advice=advice)
+
+
 def _watch(cfg: Config, clock: Clock) -> tuple[ControlKernel | None, CpuAccount]:
     """The control kernel (every N/2 pairs: a pair is two steps, throughput.control_every
     counts steps; None when 0) and the CPU account of the pairs."""
     every = cfg.throughput.control_every
     control = make_control(max(1, every // 2), clock) if every else None
-    advice = "pairing cancels a steady load, not one that changes within a pair"
-    return control, CpuAccount(cfg.throughput.contamination_cores, advice=advice)
+    return control, pairs_account(cfg)
 
 
 def run_ab(
@@ -413,6 +419,7 @@ __all__ = [
     "ab_result",
     "check_turns",
     "judge",
+    "pairs_account",
     "run_ab",
     "run_pairs",
     "stage_values",

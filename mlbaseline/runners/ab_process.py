@@ -30,6 +30,7 @@ from mlbaseline import scratch, stats
 from mlbaseline.config import Config, flatten
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.measure.interleave import ARMS, DEFAULT_PROCESS_PAIRS, DEFAULT_TURN_S, abba_order
 from mlbaseline.measure.memory_step import StepMemory
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
@@ -44,6 +45,7 @@ from mlbaseline.runners.ab import (
     _check_arms,
     ab_result,
     check_turns,
+    pairs_account,
     run_pairs,
 )
 from mlbaseline.runners.throughput import (
@@ -285,7 +287,11 @@ def run_ab_processes(
         paths = _turn_configs(arms, Path(tmp), batch, turn)
         turns = _Turns(arms, paths, batch, launcher or launch, clock)
         progress = progress or NullProgress()
-        with progress.task("ab: pairs (fresh processes)", total=pairs) as task:
+        account = pairs_account(arm_a.cfg)  # the turns are this process's children
+        with (
+            progress.task("ab: pairs (fresh processes)", total=pairs) as task,
+            account.phase("ab pairs"),
+        ):
 
             def on_pair(i: int) -> None:
                 turns.pair = i + 1
@@ -305,6 +311,7 @@ def run_ab_processes(
         "arms": {arm: spec.describe() for arm, spec in arms.items()},
     }
     result = ab_result(arm_a.cfg, arm_b.cfg, log, threshold, seed, meta)
+    record_contamination(result, account)
     done = turns.finished(log)
     result.data.update(method=METHOD, turns=turns.records, pair_index=done)
     arm_results = _arm_results(turns, done, arms)

@@ -48,6 +48,8 @@ import mlbaseline
 from mlbaseline import scratch
 from mlbaseline.config import Config
 from mlbaseline.errors import UsageError
+from mlbaseline.measure.contamination import CpuAccount, Snapshot, phase_record
+from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.progress import NullProgress, Progress
 from mlbaseline.redact import redact_tree
 from mlbaseline.results import Check, Result, load_result
@@ -325,6 +327,36 @@ def _watch(
     return seen
 
 
+def script_account(cfg: Config) -> CpuAccount:
+    """The CPU account of an attached run (the script and its workers are mlb's tree)."""
+    advice = "rerun on a quiet machine, or compare two versions with `mlb ab --attach`"
+    return CpuAccount(cfg.throughput.contamination_cores, advice=advice)
+
+
+@dataclass
+class _Measured:
+    """One process's phase in the run's CPU account: from its "measuring" event (from its
+    launch until one comes) to its "done", the window its steps were measured in; what the
+    script does before (imports, warm-up) or after (--then continue) is not in it."""
+
+    account: CpuAccount
+    name: str
+    say: Callable[[str], None]
+    begun: Snapshot | None = None
+
+    def __post_init__(self) -> None:
+        self.begun = self.account.snapshot()
+
+    def __call__(self, kind: str) -> None:
+        if kind == "measuring":
+            self.begun = self.account.snapshot()
+        self.say(kind)
+
+    def done(self) -> None:
+        assert self.begun is not None
+        self.account.phases.append(phase_record(self.name, self.begun, self.account.snapshot()))
+
+
 def attach_once(
     options: AttachOptions,
     folder: Path,
@@ -333,10 +365,12 @@ def attach_once(
     index: int = 0,
     on_event: Callable[[str], None] = lambda kind: None,
     last: Callable[[Result], bool] | None = None,
+    account: CpuAccount | None = None,
 ) -> ChildOutcome:
     """Run the script once, attached, until its result is in and it has ended (`then`;
     `last(result)`: whether this process is the last, the only one `continue` lets train on;
-    None: it is)."""
+    None: it is; `account`: records its measured window as a phase)."""
+    window = _Measured(account, f"process {index + 1}", on_event) if account else None
     out = folder / f"result-{index}.json"
     status_r, status_w = os.pipe()
     control_r, control_w = os.pipe()
@@ -359,7 +393,9 @@ def attach_once(
     assert proc.stderr is not None
     tee = StderrTee(proc.stderr)
     try:
-        seen = _watch(proc, StatusReader(status_r), options, on_event)
+        seen = _watch(proc, StatusReader(status_r), options, window or on_event)
+        if window is not None and seen.done is not None:
+            window.done()
         return _ending(proc, seen, options, tee, out, on_event, last)
     except BaseException as exc:
         if isinstance(exc, Terminated):  # only mlb got it: pass it on
@@ -436,6 +472,7 @@ def run_attach(cfg: Config, options: AttachOptions, progress: Progress | None = 
     progress = progress or NullProgress()
     n, plan, _ = plan_for(cfg.throughput)
     meta = {**script_facts(options.command, options.cwd), "then": options.then}
+    account = script_account(cfg)
     outcomes: list[ChildOutcome] = []
     walls: list[float] = []
     plan_block: dict[str, Any] | None = None
@@ -457,14 +494,16 @@ def run_attach(cfg: Config, options: AttachOptions, progress: Progress | None = 
                         progress.log("mlb attach: measured; stopping the script (SIGINT)")
 
                 last = _Last(r, n, plan, outcomes, walls, start)
-                outcomes.append(attach_once(options, folder, config_path, meta, r, said, last))
+                outcomes.append(
+                    attach_once(options, folder, config_path, meta, r, said, last, account)
+                )
                 walls.append(last.wall if last.stop else time.perf_counter() - start)
                 task.advance()
                 if plan is not None:
                     plan_block = last.block if last.decided else _plan_stop(outcomes, walls, plan)
                     if plan_block is not None:
                         break
-    return _pooled(cfg, outcomes, plan_block, meta)
+    return _pooled(cfg, outcomes, plan_block, meta, account)
 
 
 @dataclass
@@ -525,9 +564,11 @@ def _pooled(
     outcomes: list[ChildOutcome],
     plan_block: dict[str, Any] | None,
     meta: Mapping[str, Any],
+    account: CpuAccount | None = None,
 ) -> Result:
     """One result: the process's own, or the processes pooled (every value keeps its
-    replicate id); `data.attach` says how each process ended."""
+    replicate id); `data.attach` says how each process ended, `data.contamination` (with
+    `account`) whether other programs shared the machine while they were measured."""
     children = [o.result for o in outcomes if o.result is not None]
     if len(children) == 1:
         result = children[0]
@@ -548,6 +589,8 @@ def _pooled(
     )
     result.data["attach"] = block
     script_exit_check(result, outcomes)
+    if account is not None:
+        record_contamination(result, account)
     # the run's label (--name / --tag) lives in the config's history section
     result.config["history"] = redact_tree(cfg.to_dict().get("history") or {})
     check_payload(result)

@@ -50,6 +50,7 @@ from mlbaseline.config import Config
 from mlbaseline.envinfo import fingerprint
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
+from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.measure.determinism import resolve_device
 from mlbaseline.measure.gpu import GpuProbe
 from mlbaseline.measure.interleave import (
@@ -70,6 +71,7 @@ from mlbaseline.runners.ab import (
     TurnFailed,
     ab_result,
     check_turns,
+    pairs_account,
     run_pairs,
 )
 from mlbaseline.runners.attach_turns import MIN_STEPS, turn_memory
@@ -492,7 +494,9 @@ def run_ab_attach(
     clock = clock or PerfClock()
     mode = SHORT if short else LONG
     turns = _Turns(arms, spawner, turn_s, clock, mode=mode, per_process=per_process)
-    log = turns.run(order, budget_s, progress or NullProgress(), max_failures)
+    account = pairs_account(cfg)  # the arms' processes are this process's children
+    with account.phase("ab pairs"):
+        log = turns.run(order, budget_s, progress or NullProgress(), max_failures)
     units, members = unit_log(log, turns.figures)
     extra = extra_stages(log.times)
     meta: dict[str, Any] = {
@@ -510,6 +514,7 @@ def run_ab_attach(
         cfg, cfg, units, threshold, seed, meta, extra_stages=extra, per_unit=per_process
     )
     _annotate(result, turns, arms, log, members)
+    record_contamination(result, account)
     # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
     # one `auto` finds here is the likely one, and the history groups results by it)
     result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
