@@ -122,6 +122,14 @@ def run_pairs(
     return log
 
 
+def mark_lost_turns(result: Result, log: PairLog, max_failures: int) -> None:
+    """A run that `max_failures` lost pairs in a row stopped is failed, with the last error
+    (the modes with turns that can fail: fresh processes, attached scripts)."""
+    if log.stop_reason == "failures":
+        last = log.dropped[-1]["error"] if log.dropped else ""
+        result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
+
+
 def stage_values(times: list[StepTimes], stage: str) -> list[float]:
     if stage == "step":
         return [t.total_s for t in times]
@@ -419,6 +427,7 @@ __all__ = [
     "ab_result",
     "check_turns",
     "judge",
+    "mark_lost_turns",
     "pairs_account",
     "run_ab",
     "run_pairs",

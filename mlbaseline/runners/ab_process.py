@@ -45,6 +45,7 @@ from mlbaseline.runners.ab import (
     _check_arms,
     ab_result,
     check_turns,
+    mark_lost_turns,
     pairs_account,
     run_pairs,
 )
@@ -283,11 +284,11 @@ def run_ab_processes(
     clock = clock or PerfClock()
     batch = {arm: spec.cfg.throughput.batch_sizes[0] for arm, spec in arms.items()}
     turn = {"mode": "train", "min_time_s": turn_s, "max_time_s": round(TURN_CAP * turn_s, 6)}
+    account = pairs_account(arm_a.cfg)  # the turns are this process's children
     with scratch.folder("ab") as tmp:
         paths = _turn_configs(arms, Path(tmp), batch, turn)
         turns = _Turns(arms, paths, batch, launcher or launch, clock)
         progress = progress or NullProgress()
-        account = pairs_account(arm_a.cfg)  # the turns are this process's children
         with (
             progress.task("ab: pairs (fresh processes)", total=pairs) as task,
             account.phase("ab pairs"),
@@ -312,16 +313,22 @@ def run_ab_processes(
     }
     result = ab_result(arm_a.cfg, arm_b.cfg, log, threshold, seed, meta)
     record_contamination(result, account)
+    mark_lost_turns(result, log, max_failures)
+    return ProcessRun(result, _annotate(result, turns, log, arms))
+
+
+def _annotate(
+    result: Result, turns: _Turns, log: PairLog, arms: dict[str, Arm]
+) -> dict[str, Result]:
+    """The turns on the verdict result, and each arm's result pooled from its processes (with
+    the machine and the configs they ran, where a pair was done)."""
     done = turns.finished(log)
     result.data.update(method=METHOD, turns=turns.records, pair_index=done)
     arm_results = _arm_results(turns, done, arms)
     if done:
         _environment(result, arm_results)
-        _configs(result, arm_results, arm_a.cfg, arm_b.cfg)
-    if log.stop_reason == "failures":
-        last = log.dropped[-1]["error"] if log.dropped else ""
-        result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
-    return ProcessRun(result, arm_results)
+        _configs(result, arm_results, arms["a"].cfg, arms["b"].cfg)
+    return arm_results
 
 
 def _turn_configs(

@@ -71,6 +71,7 @@ from mlbaseline.runners.ab import (
     TurnFailed,
     ab_result,
     check_turns,
+    mark_lost_turns,
     pairs_account,
     run_pairs,
 )
@@ -518,9 +519,7 @@ def run_ab_attach(
     # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
     # one `auto` finds here is the likely one, and the history groups results by it)
     result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
-    if log.stop_reason == "failures":
-        last = log.dropped[-1]["error"] if log.dropped else ""
-        result.mark("failed", f"{max_failures} pairs in a row lost a turn; last: {last}")
+    mark_lost_turns(result, log, max_failures)
     return result
 
 
