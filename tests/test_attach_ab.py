@@ -499,6 +499,13 @@ def test_bad_ref_and_no_repository_are_one_line_errors(
             "--processes: not with --attach (the arms are the script's versions)",
         ),
         (["--short-processes"], "--short-processes: only with --attach"),
+        (
+            ["--attach", "--", "torchrun", "--nproc-per-node", "2", "train.py"],
+            "torchrun runs the training in processes of its own, out of mlb attach's reach: "
+            "attach to one process of the script (mlb attach -- python train.py …; one that "
+            "calls init_process_group needs RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "
+            "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 in its environment)",
+        ),
         (["--", "python", "x"], "unexpected argument 'python' (a script needs --attach)"),
     ],
 )

@@ -420,3 +420,38 @@ def test_a_script_measured_while_other_programs_ran_is_marked_contaminated(
     assert "mlb ab --attach" in warning["message"]
     comparison = compare_results(pooled, pooled, cfg.compare, same_input=True)
     assert any(w["code"] == "contaminated_input" for w in comparison.warnings)
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["torchrun", "--nproc-per-node", "2", "train.py"], "torchrun"),
+        (["/opt/venv/bin/torchrun", "train.py"], "torchrun"),
+        (["python", "-m", "torch.distributed.run", "train.py"], "torchrun"),
+        (["python3", "-m", "torch.distributed.launch", "train.py"], "torch.distributed.launch"),
+        (["accelerate", "launch", "train.py"], "accelerate launch"),
+        (["python", "-m", "accelerate.commands.launch", "train.py"], "accelerate launch"),
+        (["deepspeed", "train.py"], "deepspeed"),
+    ],
+)
+def test_a_multi_process_launcher_is_refused_at_once(command: list[str], name: str) -> None:
+    """The hooks would sit in the launcher, which never steps: refused before it starts, with
+    the single-process command attach can measure (a DDP script under those variables was
+    measured by hand: docs/REFERENCE.md)."""
+    from typer.testing import CliRunner
+
+    from mlbaseline.cli.app import app
+
+    res = CliRunner().invoke(app, ["attach", "--no-history", "--", *command])
+    assert res.exit_code == 2, res.output
+    line = res.stderr.strip()
+    assert line.startswith(f"Error: {name} runs the training in processes of its own")
+    assert "mlb attach -- python train.py" in line and "WORLD_SIZE=1" in line
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "command", [["python", "train.py"], ["python", "-m", "mypkg.train"], ["./train.sh"]]
+)
+def test_a_single_process_command_is_no_launcher(command: list[str]) -> None:
+    attach.refuse_launcher(command)  # no error

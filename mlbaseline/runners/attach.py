@@ -183,6 +183,34 @@ def script_facts(command: Sequence[str], cwd: Path | None = None) -> dict[str, A
     return {"command": args, "script": script, "script_sha256": digest}
 
 
+# launchers that run the training in processes of their own: the hooks would sit in the
+# launcher, which never steps (its children start without mlb's protocol), and the run would
+# end on the first-step timeout with a wrong question ("is this a training script?")
+LAUNCHERS = {
+    "torchrun": "torchrun",
+    "-m torch.distributed.run": "torchrun",
+    "-m torch.distributed.launch": "torch.distributed.launch",
+    "accelerate": "accelerate launch",
+    "-m accelerate.commands.launch": "accelerate launch",
+    "deepspeed": "deepspeed",
+}
+
+
+def refuse_launcher(command: Sequence[str]) -> None:
+    """A multi-process launcher is refused at once, with the single-process command that
+    attach can measure (one line, exit 2)."""
+    script = script_facts(command)["script"]
+    name = LAUNCHERS.get(Path(command[0]).name if command else "") or LAUNCHERS.get(script or "")
+    if name is None:
+        return
+    raise UsageError(
+        f"{name} runs the training in processes of its own, out of mlb attach's reach: attach "
+        "to one process of the script (mlb attach -- python train.py …; one that calls "
+        "init_process_group needs RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
+        "MASTER_PORT=29500 in its environment)"
+    )
+
+
 # ---------------------------------------------------------------- one process
 
 
@@ -469,6 +497,7 @@ def run_attach(cfg: Config, options: AttachOptions, progress: Progress | None = 
         raise UsageError(f"--then: '{options.then}' is not one of {', '.join(THEN)}")
     if not options.command:
         raise UsageError("no command to attach to: mlb attach [OPTIONS] -- python train.py …")
+    refuse_launcher(options.command)
     progress = progress or NullProgress()
     n, plan, _ = plan_for(cfg.throughput)
     meta = {**script_facts(options.command, options.cwd), "then": options.then}

@@ -75,6 +75,7 @@ from mlbaseline.runners.ab import (
     pairs_account,
     run_pairs,
 )
+from mlbaseline.runners.attach import refuse_launcher
 from mlbaseline.runners.attach_turns import MIN_STEPS, turn_memory
 from mlbaseline.runners.worktrees import signals_held, worktrees
 from mlbaseline.safewrite import open_stream
@@ -564,6 +565,7 @@ def script_arms(
     ends, however it ends)."""
     if not command:
         raise UsageError("--attach: give the script's command after --, e.g. -- python train.py")
+    refuse_launcher(command)
     given = {arm: ref for arm, ref in refs.items() if ref}
     if given and len(given) != len(ARMS):
         missing = next(arm for arm in ARMS if arm not in given)
