@@ -25,6 +25,7 @@ from mlbaseline.results import Check, Metric, Result, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden/report"
+SIGNALS = REPO / "tests/golden/signals"  # results that fire signals (make_signals.py)
 ENV = {
     "blocking": {"device": "cpu", "torch": "2.14.1", "cpu_model": "Test CPU"},
     "informational": {},
@@ -760,3 +761,21 @@ def test_the_terminal_says_what_was_measured_before_anything_else(tmp_path):
     first = " ".join(res.stderr.split()).split("report written to")[0]
     assert first.startswith("Measured: "), res.stderr[:400]
     assert "batch sizes" in first and "Made by: " in first and "danger signal" not in first
+
+
+def test_the_terminal_gives_each_fired_signal_as_the_headline_does(tmp_path):
+    """One line per fired signal kind, the headline's words (title, where with its value,
+    what to do), not the per-subject details of the report's signal table."""
+    res = runner.invoke(
+        app, ["report", str(SIGNALS / "replicated_noisy.json"), "-o", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.stderr
+    said = " ".join(res.stderr.split()).split("danger signal: ")[1:]
+    md = (tmp_path / "baseline_report.md").read_text()
+    bullets = [
+        line[2:].replace("**", "")
+        for line in md.split("**Danger signals that fired", 1)[1].split("\n\n")[1].splitlines()
+    ]
+    assert said and [s.strip() for s in said] == bullets
+    assert signals.NOT_REPRODUCIBLE_MEANS in said[0]
+    assert "of the variance between processes" not in res.stderr  # the table's detail

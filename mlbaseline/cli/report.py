@@ -46,8 +46,8 @@ def _print(ui: Ui, output: Any) -> None:
     ui.print(f"[dim]report written to {output.markdown_path} ({len(output.figures)} figures)[/dim]")
     if output.html_path is not None:
         ui.print(f"[dim]HTML report (figures inline, views offline): {output.html_path}[/dim]")
-    for s in output.fired:
-        ui.print(f"[yellow]danger signal:[/yellow] {s.title} — {s.message}")
+    for line in output.danger_lines:  # as the report's headline has them, one per kind
+        ui.print(f"[yellow]danger signal:[/yellow] {escape(line)}")
 
 
 OutDirOpt = Annotated[

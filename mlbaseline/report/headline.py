@@ -282,19 +282,28 @@ def _need(result: Result) -> int:
     return max(int(compare.get("min_replicates") or 0), stats.decision.min_decidable())
 
 
-def fired_lines(found: Sequence[Signal]) -> list[str]:
-    """One line per fired signal kind: its title, where it fired (value), and what to do."""
+def fired_groups(found: Sequence[Signal]) -> list[tuple[str, str, str]]:
+    """Per fired signal kind: its title, where it fired (subject and value, each), and what
+    to do; the headline's lines and the terminal's (`mlb report`) are made from these."""
     groups: dict[str, list[Signal]] = {}
     for s in found:
         if s.fired:
             groups.setdefault(s.name, []).append(s)
+    out = []
+    for group in groups.values():
+        where = ", ".join(f"{s.subject or 'run'} {signal_value(s)}" for s in group)
+        out.append((group[0].title, where, group[0].action))
+    return out
+
+
+def fired_lines(found: Sequence[Signal]) -> list[str]:
+    """One line per fired signal kind: its title, where it fired (value), and what to do."""
+    groups = fired_groups(found)
     if not groups:
         checked = len(found)
         return [f"**Danger signals:** none of the {checked} checks fired.", ""]
     lines = [f"**Danger signals that fired ({len(groups)}):**", ""]
-    for group in groups.values():
-        where = ", ".join(f"{s.subject or 'run'} {signal_value(s)}" for s in group)
-        lines.append(f"- **{group[0].title}** ({where}): {group[0].action}.")
+    lines += [f"- **{title}** ({where}): {action}." for title, where, action in groups]
     return [*lines, ""]
 
 

@@ -25,7 +25,7 @@ from mlbaseline.report import figures as fig
 from mlbaseline.report import payloads
 from mlbaseline.report.data import Telemetry, read_telemetry, telemetry_path
 from mlbaseline.report.figures_memory import memory_figure_job
-from mlbaseline.report.headline import measured_lines
+from mlbaseline.report.headline import fired_groups, measured_lines
 from mlbaseline.report.inputs import ReportInput
 from mlbaseline.report.markdown import ReportContext, render_markdown
 from mlbaseline.report.sections_memory import memory_groups
@@ -61,6 +61,14 @@ class ReportOutput:
     @property
     def fired(self) -> list[Signal]:
         return [s for s in self.signals if s.fired]
+
+    @property
+    def danger_lines(self) -> list[str]:
+        """The headline's fired signals as plain lines, one per kind (the terminal's): the
+        details of each (its figures, its threshold) are in the report's signal table."""
+        return [
+            f"{title} ({where}): {action}." for title, where, action in fired_groups(self.signals)
+        ]
 
 
 def _normalise(
