@@ -20,8 +20,9 @@ import pytest
 from mlbaseline.config import resolve
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.hooks import CpuMarker, HookStep, Recorder
-from mlbaseline.measure.memory_step import StepMemory
+from mlbaseline.measure.memory_step import StepMemory, median_memory
 from mlbaseline.measure.step_cutter import MEMORY_EVERY, STAGES
+from mlbaseline.measure.timers import StepTimes
 from mlbaseline.results import load_result
 from mlbaseline.runners import attach, attach_child
 
@@ -545,3 +546,29 @@ def test_the_hooks_know_the_scripts_loader_workers() -> None:
         del it
     finally:
         h.uninstall()
+
+
+def test_the_median_of_memory_records_is_taken_figure_by_figure() -> None:
+    """One rule for a turn's steps and a unit's turns: a stage a record lacks counts 0, the
+    peak is over the records that have one, the pool only where every record has it."""
+    from mlbaseline.runners.attach_ab import pooled_times
+    from mlbaseline.runners.attach_turns import turn_memory
+
+    mems = [
+        StepMemory({"forward": 100, "backward": 10}, 1000, 4096, "malloc", "hwm"),
+        StepMemory({"forward": 300}, 3000, 4096),
+        StepMemory({"forward": 200, "backward": 30}, 2000, 8192),
+    ]
+    got = median_memory(mems)
+    assert got == StepMemory({"backward": 10, "forward": 200}, 2000, 4096, "malloc", "hwm")
+    assert median_memory([*mems, StepMemory({}, None, None)]).reserved is None
+    assert median_memory([StepMemory({}, None, 1)]).peak is None
+    with pytest.raises(ValueError):
+        median_memory([])
+    steps = [{"mem": {"held": m.held, "peak": m.peak, "reserved": m.reserved}} for m in mems]
+    assert turn_memory([*steps, {"mem": None}]) == StepMemory(got.held, 2000, 4096)
+    assert turn_memory([{"mem": None}]) is None
+    times = [StepTimes(total_s=0.01 * (i + 1), stages={}, memory=m) for i, m in enumerate(mems)]
+    assert pooled_times(times).memory == got
+    unread = [*times, StepTimes(total_s=0.01, stages={}, memory=None)]
+    assert pooled_times(unread).memory is None  # a turn whose memory was not read: none

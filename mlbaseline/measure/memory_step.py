@@ -37,7 +37,8 @@ import os
 import platform
 import re
 import resource
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,6 +55,25 @@ class StepMemory:
     reserved: int | None = None
     kind: str = ""  # how `held` was read
     peak_kind: str = ""  # how `peak` was read
+
+
+def median_memory(mems: Sequence[StepMemory]) -> StepMemory:
+    """The median of several steps' (or turns') memory, figure by figure: each stage's held
+    bytes (0 where a record lacks the stage), the peak (over the records that have one), the
+    reserved pool (None unless every record has it); the first record's kinds."""
+    if not mems:
+        raise ValueError("median_memory: no records")
+
+    def median(values: Iterable[int]) -> int:
+        return int(statistics.median(values))
+
+    names = sorted({k for m in mems for k in m.held})
+    held = {k: median(m.held.get(k, 0) for m in mems) for k in names}
+    peaks = [m.peak for m in mems if m.peak is not None]
+    reserved = [m.reserved for m in mems]
+    pool = median(r for r in reserved if r is not None) if None not in reserved else None
+    first = mems[0]
+    return StepMemory(held, median(peaks) if peaks else None, pool, first.kind, first.peak_kind)
 
 
 class StepMemoryRecorder(Protocol):
@@ -331,5 +351,6 @@ __all__ = [
     "TorchCuda",
     "make_step_memory",
     "malloc_in_use",
+    "median_memory",
     "proc_self",
 ]

@@ -60,7 +60,7 @@ from mlbaseline.measure.interleave import (
     PAIRS_PER_PROCESS,
     abba_order,
 )
-from mlbaseline.measure.memory_step import StepMemory
+from mlbaseline.measure.memory_step import median_memory
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
@@ -427,17 +427,8 @@ def pooled_times(times: Sequence[StepTimes]) -> StepTimes:
     (a turn without it counts 0) and of each memory figure (where every turn has one)."""
     names = sorted({n for t in times for n in t.stages})
     stages = {n: statistics.median(t.stages.get(n, 0.0) for t in times) for n in names}
-    mems = [t.memory for t in times]
-    memory = None
-    if all(m is not None and m.peak is not None for m in mems):
-        held_names = sorted({k for m in mems if m for k in m.held})
-        held = {k: int(statistics.median(m.held.get(k, 0) for m in mems if m)) for k in held_names}
-        peak = int(statistics.median(m.peak for m in mems if m and m.peak is not None))
-        reserved = [m.reserved for m in mems if m]
-        pool = int(statistics.median(reserved)) if all(r is not None for r in reserved) else None
-        first = mems[0]
-        kinds = {"kind": first.kind, "peak_kind": first.peak_kind} if first else {}
-        memory = StepMemory(held, peak, pool, **kinds)
+    mems = [t.memory for t in times if t.memory is not None and t.memory.peak is not None]
+    memory = median_memory(mems) if mems and len(mems) == len(times) else None
     step = statistics.median(t.total_s for t in times)
     return StepTimes(total_s=step, stages=stages, memory=memory)
 

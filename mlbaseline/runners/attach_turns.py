@@ -33,13 +33,12 @@ import atexit
 import contextlib
 import json
 import os
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.loop import StepLoop, StopRule
-from mlbaseline.measure.memory_step import StepMemory
+from mlbaseline.measure.memory_step import StepMemory, median_memory
 
 CONTROL_FD = "MLB_ATTACH_CONTROL_FD"
 STATUS_FD = "MLB_ATTACH_STATUS_FD"
@@ -86,15 +85,9 @@ def turn_memory(steps: Sequence[Mapping[str, Any]]) -> StepMemory | None:
     mems = [m for m in (s.get("mem") for s in steps) if m and m.get("peak") is not None]
     if not mems:
         return None
-
-    def median(values: Any) -> int:
-        return int(statistics.median(values))
-
-    names = sorted({k for m in mems for k in m.get("held") or {}})
-    held = {k: median((m.get("held") or {}).get(k, 0) for m in mems) for k in names}
-    reserved = [m.get("reserved") for m in mems]
-    pooled = median(reserved) if all(r is not None for r in reserved) else None
-    return StepMemory(held, median(m["peak"] for m in mems), pooled)
+    return median_memory(
+        [StepMemory(dict(m.get("held") or {}), m["peak"], m.get("reserved")) for m in mems]
+    )
 
 
 class TurnSink:
