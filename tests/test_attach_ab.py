@@ -513,3 +513,31 @@ def test_attach_usage_errors(args: list[str], message: str) -> None:
     res = runner.invoke(app, ["ab", "--no-history", *args])
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == f"Error: {message}"
+
+
+def test_an_edit_not_yet_committed_is_said_to_be_in_neither_arm(repo: Path) -> None:
+    """--ref-b HEAD runs the commit: an edit still in the checkout was not measured, and the
+    verdict says so (with the folders route that would measure it)."""
+    from mlbaseline.runners.worktrees import uncommitted, worktrees
+
+    assert uncommitted(repo) == ()
+    (repo / "notes.txt").write_text("untracked: no arm would have it, nor would it matter\n")
+    assert uncommitted(repo) == ()
+    (repo / "train.py").write_text(TRAIN.format(work=999))  # edited, not staged
+    (repo / "extra.py").write_text("x = 1\n")
+    _git(repo, "add", "extra.py")  # staged, not committed
+    assert sorted(uncommitted(repo)) == ["extra.py", "train.py"]
+    with worktrees({"a": "HEAD~1", "b": "HEAD"}, repo) as trees:
+        assert {t.uncommitted for t in trees.values()} == {("extra.py", "train.py")}
+        assert "999" not in (trees["b"].cwd / "train.py").read_text()  # the commit's file
+    log: list[str] = []
+    cmd = ("python", "train.py")
+    edits = ("extra.py", "train.py")
+    a = ScriptArm(cmd, repo, ref="HEAD~1", commit="a" * 40, uncommitted=edits)
+    b = ScriptArm(cmd, repo, ref="HEAD", commit="b" * 40, uncommitted=edits)
+    result = run_ab_attach(resolve(None, "demo"), a, b, fake_spawner(log, 1.0), pairs=4, seed=1)
+    (warning,) = [w for w in result.warnings if w["code"] == "uncommitted_changes"]
+    assert warning["files"] == ["extra.py", "train.py"]
+    assert "in neither arm" in warning["message"] and "--cwd-a/--cwd-b" in warning["message"]
+    clean = run_ab_attach(resolve(None, "demo"), *arms(repo), fake_spawner([], 1.0), pairs=4)
+    assert not [w for w in clean.warnings if w["code"] == "uncommitted_changes"]

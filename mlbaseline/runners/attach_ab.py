@@ -103,6 +103,7 @@ class ScriptArm:
     env: Mapping[str, str] = field(default_factory=dict)
     ref: str | None = None
     commit: str | None = None
+    uncommitted: tuple[str, ...] = ()  # a worktree's: edits of the checkout it lacks
 
     def describe(self) -> dict[str, Any]:
         return {"command": list(self.command), "cwd": str(self.cwd), "env": dict(self.env)}
@@ -542,6 +543,16 @@ def _annotate(
     refs = {arm: {"ref": s.ref, "commit": s.commit} for arm, s in arms.items() if s.ref}
     if refs:
         result.data["refs"] = refs
+    edits = sorted({f for s in arms.values() for f in s.uncommitted})
+    if edits:  # `--ref-b HEAD` with an edit not yet committed: the edit was not measured
+        shown = ", ".join(edits[:3]) + (f" and {len(edits) - 3} more" if len(edits) > 3 else "")
+        result.warn(
+            "uncommitted_changes",
+            f"{len(edits)} tracked file(s) changed but not committed ({shown}): in neither arm, "
+            "which ran the commits of --ref-a/--ref-b; commit them to measure them, or compare "
+            "two folders with --cwd-a/--cwd-b",
+            files=edits,
+        )
 
 
 @contextlib.contextmanager
@@ -571,7 +582,7 @@ def script_arms(
                     sub = tree.cwd.relative_to(tree.root)
                     raise UsageError(f"--ref-{arm}: {tree.ref} has no folder {sub}")
             yield {
-                arm: ScriptArm(cmd, t.cwd, envs.get(arm, {}), t.ref, t.commit)
+                arm: ScriptArm(cmd, t.cwd, envs.get(arm, {}), t.ref, t.commit, t.uncommitted)
                 for arm, t in trees.items()
             }
         return

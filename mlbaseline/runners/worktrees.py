@@ -40,6 +40,8 @@ class Checkout:
     commit: str
     root: Path
     cwd: Path
+    # tracked files with changes not committed in the caller's checkout: in neither worktree
+    uncommitted: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, str]:
         return {"ref": self.ref, "commit": self.commit}
@@ -80,6 +82,23 @@ def resolve_ref(repo: Path, ref: str, flag: str) -> str:
     if done.returncode != 0 or not done.stdout.strip():
         raise UsageError(f"{flag}: {ref!r}: no such commit in {repo}")
     return done.stdout.strip()
+
+
+def uncommitted(repo: Path) -> tuple[str, ...]:
+    """The tracked files of `repo` whose changes are not committed (staged or not): a
+    worktree holds a commit, so an edit still in the caller's checkout is in neither arm."""
+    done = _git(repo, "status", "--porcelain=v1", "--untracked-files=no", "-z")
+    if done.returncode != 0:
+        return ()
+    entries = iter(done.stdout.split("\0"))
+    out = []
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        out.append(entry[3:])
+        if entry[0] in "RC":  # a rename or copy: its source path follows
+            next(entries, None)
+    return tuple(out)
 
 
 @contextlib.contextmanager
@@ -124,6 +143,7 @@ def worktrees(refs: Mapping[str, str], cwd: Path | None = None) -> Iterator[dict
     repo = repo_root(here)
     commits = {arm: resolve_ref(repo, ref, f"--ref-{arm}") for arm, ref in refs.items()}
     sub = here.relative_to(repo) if here.is_relative_to(repo) else Path()
+    edits = uncommitted(repo)
     folder = scratch.make("worktree")
     made: list[Path] = []
     try:
@@ -132,10 +152,18 @@ def worktrees(refs: Mapping[str, str], cwd: Path | None = None) -> Iterator[dict
             path = folder / arm
             made.append(path)  # before git runs: a Ctrl-C inside `add` still removes it
             _add(repo, path, commit)
-            out[arm] = Checkout(refs[arm], commit, path, path / sub)
+            out[arm] = Checkout(refs[arm], commit, path, path / sub, edits)
         yield out
     finally:
         remove(repo, made, folder)
 
 
-__all__ = ["Checkout", "remove", "repo_root", "resolve_ref", "signals_held", "worktrees"]
+__all__ = [
+    "Checkout",
+    "remove",
+    "repo_root",
+    "resolve_ref",
+    "signals_held",
+    "uncommitted",
+    "worktrees",
+]
