@@ -14,7 +14,7 @@ redactor must never fail on, or change, the text it is only meant to mask.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit
 
@@ -110,6 +110,46 @@ def redact_text(text: str) -> str:
     return _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + MASK, out)
 
 
+def _option_name(arg: str) -> str | None:
+    """`--api-key` → `api-key`, `-k` → None (a short flag says nothing), else None."""
+    return arg.lstrip("-") if arg.startswith("--") and len(arg) > 2 else None
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line as it may be stored (a result, the history, a report): the value of an
+    option named like a credential (`--hf-token X`, `--api-key=X`, `wandb.api_key=X`) as `***`,
+    and every URL redacted; everything else as written. The command that runs is not this."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        name, eq, value = arg.partition("=")
+        option = _option_name(name)
+        key = option if option is not None else (name if eq else None)
+        if eq and value and key and is_credential_name(key.rsplit(".", 1)[-1]):
+            out.append(f"{name}={MASK}")
+            continue
+        if not eq and option is not None and is_credential_name(option):
+            mask_next = True  # `--token VALUE`: the next argument is the value
+        out.append(redact_text(arg) if "://" in arg or "password" in arg.lower() else arg)
+    return out
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment variables as they may be stored: a credential-like name's value (`HF_TOKEN`,
+    `WANDB_API_KEY`, `AWS_SECRET_ACCESS_KEY`) as `***`, URLs in the others redacted."""
+    out = {}
+    for name, value in env.items():
+        secret = is_credential_name(name) or any(
+            part in CREDENTIAL_NAMES for part in name.lower().split("_")
+        )
+        out[name] = MASK if secret and value else redact_text(value)
+    return out
+
+
 def redact_tree(value: Any) -> Any:
     """A copy of a JSON-like tree (a resolved config) with every string that holds a URL
     redacted; everything else as it was."""
@@ -126,6 +166,8 @@ __all__ = [
     "CREDENTIAL_NAMES",
     "MASK",
     "is_credential_name",
+    "redact_argv",
+    "redact_env",
     "redact_text",
     "redact_tree",
     "redact_url",

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from mlbaseline.redact import is_credential_name, redact_text, redact_tree, redact_url
+from mlbaseline.redact import (
+    is_credential_name,
+    redact_argv,
+    redact_env,
+    redact_text,
+    redact_tree,
+    redact_url,
+)
 
 
 @pytest.mark.parametrize(
@@ -81,3 +88,48 @@ def test_redaction_lives_in_one_place():
         if re.search(r"hide_password|render_as_string", line)
     ]
     assert found == []
+
+
+def test_a_command_line_keeps_its_options_and_loses_its_credentials():
+    """What mlb attach and mlb ab store of a script's command: the options' values stay, a
+    credential's value (however the option is spelled) and a URL's password do not."""
+    argv = ["python", "train.py", "--hf-token", "S1", "--api-key=S2", "wandb.api_key=S3"]
+    argv += ["--db", "postgresql://u:S4@h/db", "--dsn", "host=h password=S5"]
+    argv += ["--lr", "0.1", "--epochs=3", "-k", "5", "data=/x/key.csv", "--keyframes", "4"]
+    out = redact_argv(argv)
+    assert out == [
+        "python", "train.py", "--hf-token", "***", "--api-key=***", "wandb.api_key=***",
+        "--db", "postgresql://u:***@h/db", "--dsn", "host=h password=***",
+        "--lr", "0.1", "--epochs=3", "-k", "5", "data=/x/key.csv", "--keyframes", "4",
+    ]  # fmt: skip
+    assert not any(f"S{i}" in " ".join(out) for i in range(1, 6))
+    assert argv[3] == "S1"  # a copy: the command that runs is the user's
+
+
+def test_environment_variables_named_like_credentials_are_masked():
+    env = {"HF_TOKEN": "S1", "WANDB_API_KEY": "S2", "AWS_SECRET_ACCESS_KEY": "S3"}
+    env |= {"DB_URL": "postgresql://u:S4@h/d", "OMP_NUM_THREADS": "4", "MLB_X": "1"}
+    assert redact_env(env) == {
+        "HF_TOKEN": "***",
+        "WANDB_API_KEY": "***",
+        "AWS_SECRET_ACCESS_KEY": "***",
+        "DB_URL": "postgresql://u:***@h/d",
+        "OMP_NUM_THREADS": "4",
+        "MLB_X": "1",
+    }
+
+
+def test_the_attached_commands_are_stored_redacted(tmp_path: Path):
+    from mlbaseline.runners.ab_process import Arm
+    from mlbaseline.runners.attach import script_facts
+    from mlbaseline.runners.attach_ab import ScriptArm
+
+    cmd = ["python", "train.py", "--hf-token", "SECRET"]
+    assert script_facts(cmd)["command"] == ["python", "train.py", "--hf-token", "***"]
+    arm = ScriptArm(tuple(cmd), tmp_path, {"HF_TOKEN": "SECRET", "SEED": "1"})
+    assert "SECRET" not in str(arm.describe()) and arm.describe()["env"]["SEED"] == "1"
+    assert arm.command[-1] == "SECRET"  # what runs
+    from mlbaseline.config import resolve
+
+    mlb = Arm(resolve(None), prefix=("mlb", "--token", "SECRET"), env={"API_KEY": "SECRET"})
+    assert "SECRET" not in str(mlb.describe())

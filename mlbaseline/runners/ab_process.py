@@ -36,6 +36,7 @@ from mlbaseline.measure.memory_step import StepMemory
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.redact import redact_argv, redact_env
 from mlbaseline.results import Result
 from mlbaseline.runners.ab import (
     MAX_FAILURES,
@@ -78,10 +79,11 @@ class Arm:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
+        """As stored: credentials in the command's options and the environment masked."""
         return {
-            "command": list(self.prefix),
+            "command": redact_argv(self.prefix),
             "cwd": None if self.cwd is None else str(self.cwd),
-            "env": dict(self.env),
+            "env": redact_env(self.env),
         }
 
 

@@ -51,7 +51,7 @@ from mlbaseline.errors import UsageError
 from mlbaseline.measure.contamination import CpuAccount, Snapshot, phase_record
 from mlbaseline.measure.contamination import record as record_contamination
 from mlbaseline.progress import NullProgress, Progress
-from mlbaseline.redact import redact_tree
+from mlbaseline.redact import redact_argv, redact_tree
 from mlbaseline.results import Check, Result, load_result
 from mlbaseline.runners import attach_child as proto
 from mlbaseline.runners.replicate_plan import decide, message, over_budget, plan_for, total_medians
@@ -180,7 +180,8 @@ def script_facts(command: Sequence[str], cwd: Path | None = None) -> dict[str, A
         path = Path(script) if cwd is None or Path(script).is_absolute() else cwd / script
         with contextlib.suppress(OSError):
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return {"command": args, "script": script, "script_sha256": digest}
+    # stored (result, history, report): a credential among the script's options is masked
+    return {"command": redact_argv(args), "script": script, "script_sha256": digest}
 
 
 # launchers that run the training in processes of their own: the hooks would sit in the

@@ -64,6 +64,7 @@ from mlbaseline.measure.memory_step import median_memory
 from mlbaseline.measure.step import TRAIN_STAGES, StepRecord
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.progress import NullProgress, Progress
+from mlbaseline.redact import redact_argv, redact_env
 from mlbaseline.results import Result
 from mlbaseline.runners.ab import (
     MAX_FAILURES,
@@ -106,7 +107,12 @@ class ScriptArm:
     uncommitted: tuple[str, ...] = ()  # a worktree's: edits of the checkout it lacks
 
     def describe(self) -> dict[str, Any]:
-        return {"command": list(self.command), "cwd": str(self.cwd), "env": dict(self.env)}
+        """As stored: credentials in the command's options and the environment masked."""
+        return {
+            "command": redact_argv(self.command),
+            "cwd": str(self.cwd),
+            "env": redact_env(self.env),
+        }
 
 
 class ArmChild(Protocol):
@@ -502,7 +508,7 @@ def run_ab_attach(
         "planned_order": order,
         "stages_recorded": [*TRAIN_STAGES, *extra, "step", "residual"],
         "arms": {arm: spec.describe() for arm, spec in arms.items()},
-        "command": list(arm_a.command),
+        "command": redact_argv(arm_a.command),
     }
     result = ab_result(
         cfg, cfg, units, threshold, seed, meta, extra_stages=extra, per_unit=per_process
