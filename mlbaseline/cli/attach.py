@@ -107,7 +107,8 @@ def attach(common: CommonOptions, o: AttachCliOptions) -> None:
     Memory per step is measured too: the peak, and per stage the bytes it left held
     (forward: the activations). Exit 2 when no step comes within
     --first-step-timeout or the script fails before it is measured (its exit code and last
-    stderr lines are in the message).
+    stderr lines are in the message), and at once for a multi-process launcher (torchrun,
+    accelerate launch): attach to one process of the script instead.
 
     Example: mlb attach -o base.json -- python train.py --epochs 1
     """
