@@ -455,3 +455,19 @@ def test_a_multi_process_launcher_is_refused_at_once(command: list[str], name: s
 )
 def test_a_single_process_command_is_no_launcher(command: list[str]) -> None:
     attach.refuse_launcher(command)  # no error
+
+
+def test_a_script_that_ends_within_its_warm_up_gives_no_result_and_says_why(
+    project: Path,
+) -> None:
+    """Every step it ran was warm-up: no file (a result of no measured step would not
+    validate), one line saying why, exit 2, and the script left to end on its own (no signal
+    into its exit hooks)."""
+    opts = ["-c", "fast.yaml", "--repeats", "1", "-o", "out/a.json", "--no-history"]
+    run = _mlb(project, "attach", *opts, "--", sys.executable, "train.py", "2")
+    assert run.returncode == 2, run.stderr
+    assert "all of them warm-up: none was measured; let it run longer" in run.stderr
+    assert "(exited with code 0)" in run.stderr
+    assert "KeyboardInterrupt" not in run.stderr and "Traceback" not in run.stderr
+    assert run.stdout == "script: starting\nscript: trained 2 steps\n"
+    assert not (project / "out").exists()

@@ -307,6 +307,15 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> str:
     return f"killed (SIGKILL) after {2 * grace_s:g} s of SIGINT and SIGTERM"
 
 
+def _exited(proc: subprocess.Popen[bytes], grace_s: float) -> str:
+    """A script on its way out (its exit hooks running): waited for, stopped only if it
+    does not end within the grace (a signal now would break its own exit hooks)."""
+    try:
+        return f"exited with code {proc.wait(grace_s)}"
+    except subprocess.TimeoutExpired:
+        return _stop(proc, grace_s)
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
@@ -321,6 +330,7 @@ class _Watch:
     measuring: bool = False
     done: dict[str, Any] | None = None
     error: str | None = None
+    at_exit: bool = False  # the error came as the script exited on its own: no signal then
 
 
 def _watch(
@@ -344,6 +354,7 @@ def _watch(
                 seen.done = event
             elif kind == "error":
                 seen.error = str(event.get("message") or "unknown error")
+                seen.at_exit = bool(event.get("at_exit"))
             on_event(str(kind))
         if exited and (status.closed or not select.select([status.fd], [], [], 0)[0]):
             break
@@ -451,7 +462,7 @@ def _ending(
     """After the child's last word: stop it or let it run on, then its outcome (or the
     error that it gave no result)."""
     if seen.error is not None and seen.done is None:
-        ended = _stop(proc, options.grace_s)
+        ended = _exited(proc, options.grace_s) if seen.at_exit else _stop(proc, options.grace_s)
         raise UsageError(f"attach: {seen.error} ({ended}){_tail_text(tee)}")
     if seen.done is None:
         code = proc.wait()

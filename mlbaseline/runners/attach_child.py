@@ -229,9 +229,10 @@ class MeasureSink:
         self._sampler.start()
         self._window.append(self._sampler.elapsed_s())
 
-    def finish(self, reason: str | None = None) -> None:
+    def finish(self, reason: str | None = None, unmeasured: str | None = None) -> None:
         """The stop rule is met (or the script ended: `reason`): write the result, say done,
-        and let the script train on unmeasured."""
+        and let the script train on unmeasured. `unmeasured`: no step was measured; no result,
+        this error instead (the hooks and the sampler are stopped all the same)."""
         if self.done:
             return
         self.done = True
@@ -247,6 +248,9 @@ class MeasureSink:
             if self._sampler is not None:
                 self._window.append(self._sampler.elapsed_s())
                 self._sampler.stop()
+            if unmeasured is not None:  # only at the script's exit (`close`)
+                self.emit({"event": "error", "message": unmeasured, "at_exit": True})
+                return
             result = self.result()
             if self.out is not None:
                 from mlbaseline.results import write_result
@@ -271,7 +275,18 @@ class MeasureSink:
             return
         if not self.steps:
             self.done = True
-            self.emit({"event": "error", "message": "no training step seen"})
+            self.emit({"event": "error", "message": "no training step seen", "at_exit": True})
+            return
+        loop, rule = self.loop, self.loop.rule
+        warm = loop.warmup if loop.warmup is not None else min(rule.warmup_min, len(loop.records))
+        if len(loop.records) <= warm:  # a result of no measured step: none, and say why
+            self.finish(
+                ENDED,
+                f"the script ended after {len(loop.records)} recorded training step(s), all "
+                f"of them warm-up: none was measured; let it run longer (the stop rule measures "
+                f"at least {rule.min_steps} steps after a warm-up of {rule.warmup_min}-"
+                f"{rule.warmup_max})",
+            )
             return
         self.finish(ENDED)
 
