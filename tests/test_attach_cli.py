@@ -234,7 +234,15 @@ def test_a_script_that_ends_early_gives_the_steps_it_ran(tmp_path: Path) -> None
     assert result.data["batch_sizes"]["8"]["stop_reason"] == attach_child.ENDED
     none: list[dict[str, Any]] = []
     attach_child.MeasureSink(cfg, none.append, tmp_path / "x.json", {}).close()
-    assert none == [{"event": "error", "message": "no training step seen"}]
+    assert none == [{"event": "error", "message": "no training step seen", "at_exit": True}]
+    warm: list[dict[str, Any]] = []  # every step warm-up (warmup_min 3): no file, why
+    sink = attach_child.MeasureSink(cfg, warm.append, tmp_path / "w.json", {"command": []})
+    for step in _steps(cfg.throughput.warmup_min):
+        sink.on_step(step)
+    sink.close()
+    assert warm[-1]["event"] == "error" and warm[-1]["at_exit"]
+    assert "all of them warm-up: none was measured" in warm[-1]["message"]
+    assert not (tmp_path / "w.json").exists()
 
 
 def test_boot_takes_the_protocol_out_of_the_environment() -> None:
