@@ -27,6 +27,7 @@ from mlbaseline.runners.attach_ab import LONG, SHORT, ScriptArm, run_ab_attach, 
 from mlbaseline.runners.attach_turns import TurnSink
 
 runner = CliRunner()
+GOLDEN_THROUGHPUT = Path(__file__).resolve().parent / "golden/report/throughput.json"
 RULE = StopRule(warmup_min=1, warmup_window=4, warmup_max=10, max_time_s=1e9)
 STAGES = {
     "data_wait": 0.001,
@@ -541,3 +542,30 @@ def test_an_edit_not_yet_committed_is_said_to_be_in_neither_arm(repo: Path) -> N
     assert "in neither arm" in warning["message"] and "--cwd-a/--cwd-b" in warning["message"]
     clean = run_ab_attach(resolve(None, "demo"), *arms(repo), fake_spawner([], 1.0), pairs=4)
     assert not [w for w in clean.warnings if w["code"] == "uncommitted_changes"]
+
+
+def test_the_report_of_an_ab_result_gives_what_was_compared_and_the_verdicts(
+    tmp_path: Path,
+) -> None:
+    """`mlb report ab.json`: the headline names the two arms (command, ref, commit), the A/B
+    section has each stage's ratio, CI, p, MDE and verdict; no baseline figures are asked
+    for that an A/B result cannot have."""
+    a, b = arms(tmp_path)
+    result = run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([], 1.5, "loss"), pairs=18)
+    write_result(result, tmp_path / "ab.json")
+    res = runner.invoke(app, ["report", str(tmp_path / "ab.json"), "-o", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.stderr
+    md = (tmp_path / "r" / "baseline_report.md").read_text()
+    head = md.split("\n## ", 2)[1]
+    assert "**Measured:** B against A, paired (long-lived, 18 pairs in 9 units" in head
+    assert "`A: python train.py at HEAD~1 (aaaaaaaaaaaa)`" in head
+    assert "No throughput" not in head and "cannot say how small" not in head
+    section = md.split("\n## A/B verdicts\n", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in section.splitlines() if line.startswith("| loss |"))
+    assert row.endswith("| **regressed** |")
+    assert 49 < float(row.split("|")[2].strip().rstrip("%")) < 51  # the fake's +50%
+    assert "overall: **regressed**" in section
+    assert " ".join(res.stderr.split()).startswith("Measured: B against A, paired")
+    plain = runner.invoke(app, ["report", str(GOLDEN_THROUGHPUT), "-o", str(tmp_path / "p")])
+    assert plain.exit_code == 0, plain.stderr
+    assert "## A/B verdicts" not in (tmp_path / "p" / "baseline_report.md").read_text()

@@ -57,9 +57,9 @@ def _verdict(text: str) -> str:
 def ab_data(result: Result) -> AbData:
     """The typed ab payload (report.payloads' reader, imported when a result is shown: it
     brings NumPy, which `mlb --help` does not need)."""
-    from mlbaseline.report.payloads import typed_data
+    from mlbaseline.report.sections_ab import ab_payload
 
-    return typed_data(result, AbData)
+    return ab_payload(result)
 
 
 def ab_table(result: Result) -> Table:
@@ -88,19 +88,9 @@ def ab_table(result: Result) -> Table:
 
 
 def _arm_line(d: AbData, arm: str) -> str:
-    if d.command is not None:  # --attach: the script's folder, and its ref if a worktree
-        spec, ref = (d.arms or {}).get(arm), (d.refs or {}).get(arm)
-        where = f"{ref.ref} ({(ref.commit or '')[:12]})" if ref is not None else None
-        where = where or (spec.cwd if spec is not None else "")
-        return f"{arm.upper()}: {escape(' '.join(d.command))} at {escape(str(where))}"
-    sets = getattr(d.overrides, arm) if d.overrides is not None else []
-    parts = [", ".join(sets) or "(the config as is)"]
-    spec = (d.arms or {}).get(arm)
-    if spec is not None:  # fresh processes: how this arm's turns were started
-        parts.append(" ".join(spec.command))
-        parts += [f"in {spec.cwd}"] if spec.cwd else []
-        parts += [f"{k}={v}" for k, v in spec.env.items()]
-    return f"{arm.upper()}: {escape('; '.join(parts))}"
+    from mlbaseline.report.sections_ab import arm_line  # the report's words, escaped for rich
+
+    return escape(arm_line(d, arm))
 
 
 def memory_table(d: AbData) -> Table:

@@ -105,7 +105,8 @@ def report_command(common: CommonOptions, o: ReportOptions) -> None:
     Sections: hardware fingerprint and golden parameters, env checks, data subset, training
     and inference throughput with the stage breakdown, latency percentiles with the SLA,
     dataloader sweep with the knee, telemetry heat map, danger signals (each with its
-    threshold) and change-impact predictions. Absent data is marked "not measured".
+    threshold) and change-impact predictions; an mlb ab result's verdicts per stage. Absent
+    data is marked "not measured".
 
     Exit codes: 0 written, 2 bad input (no results, unreadable file, non-empty output folder
     without --force), 3 with --compare: not comparable.

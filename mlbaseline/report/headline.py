@@ -20,6 +20,7 @@ from mlbaseline.report import payloads
 from mlbaseline.report.context import ReportContext, table
 from mlbaseline.report.data import Group, all_groups, config_hash, estimate, finite, timestamp
 from mlbaseline.report.labels import series_labels
+from mlbaseline.report.sections_ab import measured_ab
 from mlbaseline.report.sections_findings import signal_value
 from mlbaseline.report.sections_memory import (
     capacity_of,
@@ -159,10 +160,13 @@ def measured_lines(ctx: ReportContext) -> list[str]:
     times = [timestamp(r.created_at) for r in ctx.results if r.created_at]
     when = f"{min(times)} – {max(times)}" if len(set(times)) > 1 else (times[0] if times else "–")
     named = names_of([r.config for r in ctx.results])  # --name / --tag
+    measured = measured_ab(ctx) or (
+        f"- **Measured:** `{model}` on {data}, {shape}, batch sizes "
+        f"{_batch_sizes(ctx)}, on {_device(ctx)}"
+    )
     return [
         *([f"- **Run:** `{named}`"] if named else []),
-        f"- **Measured:** `{model}` on {data}, {shape}, batch sizes "
-        f"{_batch_sizes(ctx)}, on {_device(ctx)}",
+        measured,
         f"- **Made by:** {_command(ctx)}; config hash {_hashes(ctx)}, as `mlb history show` "
         "gives it (the resolved config is in each result file)",
         f"- **When:** {when}",
@@ -310,13 +314,15 @@ def fired_lines(found: Sequence[Signal]) -> list[str]:
 def section_headline(ctx: ReportContext) -> list[str]:
     lines = [HEADLINE, "", *measured_lines(ctx)]
     rows = figure_rows(ctx)
+    verdicts_only = measured_ab(ctx) is not None  # A/B results: their verdicts come next
     if rows:
         lines += table(["", "time, median [95% CI]", "samples/s [95% CI]"], rows)
-    else:
+    elif not verdicts_only:
         lines += ["No throughput, latency or data-loading figures in these results.", ""]
     resources = resource_rows(ctx)
     if resources:
         lines += table(["", "median [95% CI]"], resources)
-    lines += [mde_sentence(ctx), ""]
+    if not verdicts_only:  # an A/B result gives each stage's MDE in its own table
+        lines += [mde_sentence(ctx), ""]
     lines += fired_lines(ctx.signals)
     return lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 from mlbaseline.formatting import milliseconds as ms
 from mlbaseline.report.context import NOT_MEASURED, SECTIONS, TITLE, ReportContext
 from mlbaseline.report.headline import HEADLINE, section_headline
+from mlbaseline.report.sections_ab import section_ab
 from mlbaseline.report.sections_findings import (
     section_method,
     section_predictions,
@@ -50,6 +51,7 @@ __all__ = [
 
 SECTION_FUNCTIONS = (
     section_headline,  # the first screen: what was measured, figures, MDE, fired signals
+    section_ab,  # an `mlb ab` result's verdicts, where one was given (else nothing)
     section_summary,
     section_hardware,
     section_golden,
