@@ -87,6 +87,14 @@ def test_compare_names_a_contaminated_input():
     c = cmp.compare_results(old, new, CompareConfig(n_resamples=200), allow_mismatch=True)
     (w,) = [w for w in c.warnings if w["code"] == "contaminated_input"]
     assert w["side"] == "NEW" and "0.90 cores" in w["message"]
+    both = cmp.compare_results(new, new, CompareConfig(n_resamples=200), same_input=True)
+    assert [w["side"] for w in both.warnings if w["code"] == "contaminated_input"] == ["OLD", "NEW"]
+    same = cmp.compare_results(
+        new, new, CompareConfig(n_resamples=200), same_input=True, old_label="x.json",
+        new_label="x.json",
+    )  # fmt: skip
+    # a file against itself: said once, not twice word for word
+    assert len([w for w in same.warnings if w["code"] == "contaminated_input"]) == 1
 
 
 def test_the_control_kernel_runs_outside_the_step_timer():

@@ -368,7 +368,10 @@ def _drift_warnings(comp: Comparison, old: Result, new: Result) -> list[dict[str
     for sig in comp.drift.get("signatures", []):
         out.append({"code": "machine_drift", "message": sig["message"], "group": sig["group"],
                     "factor": sig["factor"]})  # fmt: skip
-    for label, result in ((comp.old["label"], old), (comp.new["label"], new)):
+    sides = [(comp.old["label"], old), (comp.new["label"], new)]
+    if comp.old["label"] == comp.new["label"]:
+        sides = sides[:1]  # a file against itself: said once, not twice word for word
+    for label, result in sides:
         info = result.data.get("contamination") or {}
         if info.get("contaminated"):
             out.append({
