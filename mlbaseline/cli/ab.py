@@ -363,7 +363,9 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
 
     With --attach, the arms are two versions of your own training script (the command after
     --), unmodified: run in --cwd-a and --cwd-b, or, with --ref-a/--ref-b, in temporary git
-    worktrees of this repository at those refs (removed afterwards, Ctrl-C included). An A and
+    worktrees of this repository at those refs (removed afterwards, Ctrl-C included; a
+    worktree holds the commit, so commit your change first: edits not committed are warned
+    about, being in neither arm). An A and
     a B process warm up together, then take --pairs-per-process pairs of --turn-s turns:
     these units of processes (two processes of one script differ by a few percent), not the
     turns, are what the test counts; --short-processes: a fresh process per turn. Every
