@@ -134,7 +134,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             continue
         if not eq and option is not None and is_credential_name(option):
             mask_next = True  # `--token VALUE`: the next argument is the value
-        out.append(redact_text(arg) if "://" in arg or "password" in arg.lower() else arg)
+        out.append(redact_text(arg))
     return out
 
 

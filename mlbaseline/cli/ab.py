@@ -343,6 +343,33 @@ def _measure_attached(cfg: Config, o: AbOptions, ui: Ui) -> Result:
     )
 
 
+def _measure_configs(
+    arms: dict[str, Config], o: AbOptions, common: CommonOptions, ui: Ui
+) -> Result:
+    """The two config arms: in this process, or (--processes) as fresh processes, whose
+    pooled arms are written beside the verdict; the --set-a/--set-b overrides recorded."""
+    from mlbaseline.runners.ab import run_ab
+    from mlbaseline.runners.ab_process import run_ab_processes
+
+    if o.fresh:
+        run = run_ab_processes(
+            _process_arm(arms["a"], o, "a"),
+            _process_arm(arms["b"], o, "b"),
+            o.pairs or DEFAULT_PROCESS_PAIRS,
+            o.budget,
+            ui.progress,
+            turn_s=o.turn_s or DEFAULT_TURN_S,
+            threshold=o.threshold,
+        )
+        _write_arms(run, common.output, common.force, ui)
+        result = run.result
+    else:
+        pairs = o.pairs or DEFAULT_PAIRS
+        result = run_ab(arms["a"], arms["b"], pairs, o.budget, ui.progress, threshold=o.threshold)
+    result.data["overrides"] = {"a": list(o.set_a or []), "b": list(o.set_b or [])}
+    return result
+
+
 @command("ab")
 def ab(common: CommonOptions, o: AbOptions) -> None:
     """Paired, interleaved A/B of two training-step configs or environments.
@@ -385,31 +412,12 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
             sets = _arm_sets(common, extra)
             arms[arm] = load_config(common.config, common.profile, sets, label_overrides(common))
 
-    from mlbaseline.runners.ab import run_ab
-    from mlbaseline.runners.ab_process import arm_paths, run_ab_processes
+    from mlbaseline.runners.ab_process import arm_paths
 
     def measure(cfg: Config, ui: Ui) -> Result:
         if o.attaching:
             return _measure_attached(cfg, o, ui)
-        if o.fresh:
-            run = run_ab_processes(
-                _process_arm(arms["a"], o, "a"),
-                _process_arm(arms["b"], o, "b"),
-                o.pairs or DEFAULT_PROCESS_PAIRS,
-                o.budget,
-                ui.progress,
-                turn_s=o.turn_s or DEFAULT_TURN_S,
-                threshold=o.threshold,
-            )
-            _write_arms(run, common.output, common.force, ui)
-            result = run.result
-        else:
-            pairs = o.pairs or DEFAULT_PAIRS
-            result = run_ab(
-                arms["a"], arms["b"], pairs, o.budget, ui.progress, threshold=o.threshold
-            )
-        result.data["overrides"] = {"a": list(o.set_a or []), "b": list(o.set_b or [])}
-        return result
+        return _measure_configs(arms, o, common, ui)
 
     outputs = None
     if o.fresh and common.output is not None:

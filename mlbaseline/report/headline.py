@@ -20,7 +20,7 @@ from mlbaseline.report import payloads
 from mlbaseline.report.context import ReportContext, table
 from mlbaseline.report.data import Group, all_groups, config_hash, estimate, finite, timestamp
 from mlbaseline.report.labels import series_labels
-from mlbaseline.report.sections_ab import measured_ab
+from mlbaseline.report.sections_ab import ab_only, measured_ab
 from mlbaseline.report.sections_findings import signal_value
 from mlbaseline.report.sections_memory import (
     capacity_of,
@@ -314,7 +314,7 @@ def fired_lines(found: Sequence[Signal]) -> list[str]:
 def section_headline(ctx: ReportContext) -> list[str]:
     lines = [HEADLINE, "", *measured_lines(ctx)]
     rows = figure_rows(ctx)
-    verdicts_only = measured_ab(ctx) is not None  # A/B results: their verdicts come next
+    verdicts_only = ab_only(ctx)  # A/B results: their verdicts come next
     if rows:
         lines += table(["", "time, median [95% CI]", "samples/s [95% CI]"], rows)
     elif not verdicts_only:

@@ -46,11 +46,17 @@ def _how(d: AbData) -> str:
     return f"{mode}{d.pairs_done} pairs{units}"
 
 
+def ab_only(ctx: ReportContext) -> bool:
+    """A report of A/B results and no baseline figures (throughput, latency, data loading)."""
+    baseline = any(ctx.of_kind(k) for k in ("throughput", "latency", "dataloader"))
+    return bool(ctx.of_kind("ab")) and not baseline
+
+
 def measured_ab(ctx: ReportContext) -> str | None:
     """The headline's "Measured" line for a report of A/B results alone (None otherwise)."""
-    given = ctx.of_kind("ab")
-    if not given or any(ctx.of_kind(k) for k in ("throughput", "latency", "dataloader")):
+    if not ab_only(ctx):
         return None
+    given = ctx.of_kind("ab")
     d = ab_payload(given[0])
     arms = "; ".join(f"`{arm_line(d, arm)}`" for arm in ("a", "b"))
     more = f" (and {len(given) - 1} more A/B results)" if len(given) > 1 else ""
@@ -94,4 +100,4 @@ def section_ab(ctx: ReportContext) -> list[str]:
     return lines
 
 
-__all__ = ["HEADING", "ab_payload", "arm_line", "measured_ab", "section_ab"]
+__all__ = ["HEADING", "ab_only", "ab_payload", "arm_line", "measured_ab", "section_ab"]

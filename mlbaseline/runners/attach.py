@@ -161,6 +161,18 @@ def script_facts(command: Sequence[str], cwd: Path | None = None) -> dict[str, A
     """The script a command runs (`python [opts] FILE`, `python -m MODULE`, an executable
     file) and the sha256 of its file where there is one."""
     args = list(command)
+    script = _script_of(args)
+    digest = None
+    if script is not None and not script.startswith("-"):
+        path = Path(script) if cwd is None or Path(script).is_absolute() else cwd / script
+        with contextlib.suppress(OSError):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    # stored (result, history, report): a credential among the script's options is masked
+    return {"command": redact_argv(args), "script": script, "script_sha256": digest}
+
+
+def _script_of(args: Sequence[str]) -> str | None:
+    """`python [opts] FILE` → FILE, `python -m MODULE` → "-m MODULE", else the executable."""
     script: str | None = None
     if args and Path(args[0]).name.startswith("python"):
         rest = iter(args[1:])
@@ -175,13 +187,7 @@ def script_facts(command: Sequence[str], cwd: Path | None = None) -> dict[str, A
                 break
     elif args:
         script = args[0]
-    digest = None
-    if script is not None and not script.startswith("-"):
-        path = Path(script) if cwd is None or Path(script).is_absolute() else cwd / script
-        with contextlib.suppress(OSError):
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    # stored (result, history, report): a credential among the script's options is masked
-    return {"command": redact_argv(args), "script": script, "script_sha256": digest}
+    return script
 
 
 # launchers that run the training in processes of their own: the hooks would sit in the
@@ -200,7 +206,7 @@ LAUNCHERS = {
 def refuse_launcher(command: Sequence[str]) -> None:
     """A multi-process launcher is refused at once, with the single-process command that
     attach can measure (one line, exit 2)."""
-    script = script_facts(command)["script"]
+    script = _script_of(command)
     name = LAUNCHERS.get(Path(command[0]).name if command else "") or LAUNCHERS.get(script or "")
     if name is None:
         return
@@ -382,7 +388,7 @@ class _Measured:
     account: CpuAccount
     name: str
     say: Callable[[str], None]
-    begun: Snapshot | None = None
+    begun: Snapshot = field(init=False)
 
     def __post_init__(self) -> None:
         self.begun = self.account.snapshot()
@@ -393,7 +399,6 @@ class _Measured:
         self.say(kind)
 
     def done(self) -> None:
-        assert self.begun is not None
         self.account.phases.append(phase_record(self.name, self.begun, self.account.snapshot()))
 
 

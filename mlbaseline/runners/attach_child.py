@@ -278,8 +278,7 @@ class MeasureSink:
             self.emit({"event": "error", "message": "no training step seen", "at_exit": True})
             return
         loop, rule = self.loop, self.loop.rule
-        warm = loop.warmup if loop.warmup is not None else min(rule.warmup_min, len(loop.records))
-        if len(loop.records) <= warm:  # a result of no measured step: none, and say why
+        if len(loop.records) <= loop.result().warmup:  # no measured step: no result, and why
             self.finish(
                 ENDED,
                 f"the script ended after {len(loop.records)} recorded training step(s), all "

@@ -109,19 +109,11 @@ def train_one_size(
     meter = make_memory_meter(device)
     step.model.train()
     compile_s = None
-
-    def measured_step() -> StepRecord:
-        record = step()
-        meter.update()
-        if record.memory is not None:  # the timer's per-step peak resets hide earlier peaks
-            meter.fold(record.memory.peak)
-        return record
-
     try:
         compile_s = compile_first(step, cfg, clock)
         meter.reset()
         loop = run_steps(
-            measured_step,
+            _metered(step, meter),
             StopRule.from_config(cfg.throughput),
             value=lambda r: r.times.total_s,
             clock=clock,
@@ -153,6 +145,20 @@ def train_one_size(
         accum=step.accum,
         workers_peak=workers_peak,
     )
+
+
+def _metered(step: TrainStep, meter: Any) -> Callable[[], StepRecord]:
+    """The step, with the phase's memory meter read after it: the timer resets its per-step
+    peak at each step, which would hide an earlier step's higher peak from the meter."""
+
+    def measured_step() -> StepRecord:
+        record = step()
+        meter.update()
+        if record.memory is not None:
+            meter.fold(record.memory.peak)
+        return record
+
+    return measured_step
 
 
 def loader_workers_peak(batches: Batches, proc: Path = Path("/proc")) -> int | None:
@@ -354,14 +360,7 @@ def infer_one_size(
         with torch.inference_mode():
             if w.compile != "off":  # the compiling first call: neither warm-up nor measured
                 compile_s = first_call(forward, clock or PerfClock())
-            warm = []
-            for _ in range(max(cfg.throughput.warmup_min, 1)):
-                timer.begin_step()
-                with timer.stage("forward"):
-                    forward()
-                times = timer.end_step()
-                warm.append(times.total_s)
-                blocks.warm(times.memory)
+            warm = _infer_warmup(forward, timer, blocks, max(cfg.throughput.warmup_min, 1))
             t = benchmark.Timer(
                 stmt="model(x)" if w.amp == "off" else "forward()",
                 globals={"model": model, "x": x, "forward": forward},
@@ -382,6 +381,21 @@ def infer_one_size(
     run = InferRun(batch_size, warm, per_run, m.number_per_run, peak, meter.kind, compile_s)
     run.memory, run.warmup_memory = blocks.measured, blocks.warmup
     return run
+
+
+def _infer_warmup(
+    forward: Callable[[], Any], timer: Any, blocks: BlockMemory, n: int
+) -> list[float]:
+    """`n` warm-up calls, each timed as a one-stage step (its memory to `blocks`): seconds."""
+    warm = []
+    for _ in range(n):
+        timer.begin_step()
+        with timer.stage("forward"):
+            forward()
+        times = timer.end_step()
+        warm.append(times.total_s)
+        blocks.warm(times.memory)
+    return warm
 
 
 class BlockMemory:
