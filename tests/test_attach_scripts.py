@@ -6,9 +6,9 @@ Hugging Face Trainer).
 For each script, through the real CLI in a subprocess: the stages add up to the step within 2%
 (the residual is in the result and closes the sum exactly); a known busy-wait put in one stage is
 attributed to that stage within ±2% (bench `accuracy`'s measure, here as a difference: the
-stage's median with the busy-wait minus without it, against the busy-wait's length, since each
-stage also does real work); the script's own stdout, stderr and exit code are what it gives run
-plainly; the result goes through `mlb compare`, `mlb report` and the history.
+stage's lower quartile with the busy-wait minus without it, against the busy-wait's length,
+since each stage also does real work); the script's own stdout, stderr and exit code are what
+it gives run plainly; the result goes through `mlb compare`, `mlb report` and the history.
 
 Each script is run plainly, attached with `--then continue` (measured, then left to finish: its
 whole output and exit code), and attached once per busy-wait under the default `--then stop`,
@@ -77,8 +77,15 @@ class Case:
 # manual update (the small LM, whose backward is light), Lightning's closure inside
 # optimizer.step, the HF Trainer. The scripts offer more (forward; Lightning's backward), unused
 # here for that reason.
+# Code that runs after a spin inside the spin's own stage runs cooled too: the DataLoader's
+# bookkeeping after the collate function and mlb's hook at `__next__`'s end (0.10-0.17 ms more
+# on the steps with a 10 ms spin with no mlb at all, the DataLoader alone; 0.11-0.27 ms
+# attached), the HF Trainer's code from the loss to backward (0.10-0.26 ms). Against 10 ms that
+# is up to +2.7% of the median (CI: +2.7%). It grows more slowly than the spin up to about 20 ms
+# (0.13-0.3 ms) and faster beyond (30 ms: up to 0.8 ms), so those two spin 20 ms; and since it
+# only ever adds time, the tests judge the lower quartile (below).
 CASES = {
-    "plain": Case("plain.py", {"data_wait": Busy(0.010)}),
+    "plain": Case("plain.py", {"data_wait": Busy(0.020)}),
     "accum_amp": Case("accum_amp.py", {"loss": Busy(0.0025, per_step=4)}),
     "lm_manual": Case("lm_manual.py", {"optimizer": Busy(0.010), "backward": Busy(0.010)}),
     "lightning": Case(
@@ -86,7 +93,7 @@ CASES = {
         {"loss": Busy(0.010)},
         needs="pytorch_lightning",
     ),
-    "hf_trainer": Case("hf_trainer.py", {"loss": Busy(0.010)}, needs="transformers"),
+    "hf_trainer": Case("hf_trainer.py", {"loss": Busy(0.020)}, needs="transformers"),
 }
 MAX_BUSY = max(len(case.busy) for case in CASES.values())
 
@@ -269,9 +276,13 @@ def _with_and_without(values: np.ndarray, busy_s: float) -> tuple[np.ndarray, np
 
 @pytest.mark.parametrize("slot", range(MAX_BUSY), ids=[f"busy{i}" for i in range(MAX_BUSY)])
 def test_a_known_busy_wait_is_attributed_to_its_stage(runs: Runs, slot: int) -> None:
-    """The stage's median per step with the busy-wait minus its median without is the
-    busy-wait as it really spun, within ±2% (bench `accuracy`). With and without are every
-    other step of one run, so that both see the same process and the same machine load. That
+    """The stage's lower quartile per step with the busy-wait minus its lower quartile without
+    is the busy-wait as it really spun, within ±2% (bench `accuracy`'s tolerance). With and
+    without are every other step of one run, so that both see the same process and the same
+    machine load. The lower quartile, not the median: the code after a spin runs cooled and
+    other programs' time slices land in any step, both only ever adding time (above CASES: up
+    to +2.4% of a 10 ms spin in the median, +1.5% in the lower quartile, on the same runs);
+    time that mlb put in the wrong stage would move the whole distribution, the quartile too. That
     the busy-wait lands in this stage is asserted always; the ±2% is judged only where the
     machine was the run's own: where other programs used more than 0.25 cores meanwhile (mlb's
     own contamination measure), a miss is a skip that shows the numbers, never a pass."""
@@ -286,12 +297,12 @@ def test_a_known_busy_wait_is_attributed_to_its_stage(runs: Runs, slot: int) -> 
     values = _values(result, f"{group}.{stage}")
     without, with_busy = _with_and_without(values, busy.seconds * busy.per_step)
     n = len(without) + len(with_busy)
-    added = float(np.median(with_busy) - np.median(without))
+    added = float(np.percentile(with_busy, 25) - np.percentile(without, 25))
     truth = runs.truth_s(stage)
     error = added / truth - 1
     seen = (
-        f"{runs.name}: {stage} {added * 1e3:.3f} ms more on {len(with_busy)} of {n} steps "
-        f"for a {truth * 1e3:.3f} ms busy-wait ({error:+.1%})"
+        f"{runs.name}: {stage} {added * 1e3:.3f} ms more (lower quartiles) on "
+        f"{len(with_busy)} of {n} steps for a {truth * 1e3:.3f} ms busy-wait ({error:+.1%})"
     )
     # the busy-wait is in this stage at all, on about every other step (load cannot do that)
     assert min(len(without), len(with_busy)) >= n / 4 and abs(error) < 0.5, seen
