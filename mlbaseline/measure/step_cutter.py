@@ -58,10 +58,11 @@ MEMORY_EVERY = 8
 MEMORY_GAP_S = 0.05
 # A sink that says `handover_every = N` (the measuring sink: its stop rule can decide a few
 # steps late) gets the closed steps N at a time, or once the oldest waiting one ended
-# HANDOVER_GAP_S or more ago: the resolving and the stop rule then run over N steps in one go,
-# their code warm, instead of cold between each step's torch work. The sink costs 7 µs a step
-# run back to back, ~35 µs between a tiny model's steps; N=16 took attach's added time per
-# step from 162 to 118 µs there (one process, blocks interleaved with plain ones, 30 rounds)
+# HANDOVER_GAP_S or more before a step closes (or while its marks are awaited): the resolving
+# and the stop rule then run over N steps in one go, their code warm, instead of cold between
+# each step's torch work. The sink costs 7 µs a step run back to back, ~35 µs between a tiny
+# model's steps; N=16 took attach's added time per step from 162 to 118 µs there (one
+# process, blocks interleaved with plain ones, 30 rounds)
 HANDOVER_GAP_S = 0.25
 
 
@@ -233,6 +234,9 @@ class Recorder:
         self._eval = False
         self._pending: int | None = None  # first data segment since the last other interval
         self._queue: deque[_Closed] = deque()
+        # a step closed since the hand-over was last looked at, or one waits for its marks:
+        # the boundaries look again (one attribute read each, not the hand-over's tests)
+        self._due = False
         self._closure = False  # an optimizer step's closure is running
         self._in_loss = False  # after a train forward, before its backward
         self._training = False  # a backward or an optimizer step has been seen
@@ -268,6 +272,7 @@ class Recorder:
             self._memory_skip, self._memory_at = 0, None
         self._pending = None
         self._queue.clear()  # marks of the old clock: this one cannot read them
+        self._due = False
 
     def begin(self, kind: str, samples: int | None = None) -> bool:
         """An interval of `kind` starts; nested in an open one it is counted, not timed
@@ -310,7 +315,7 @@ class Recorder:
             self.add_samples(samples)
         self.open, self._prev = kind, (kind, "begin")
         self.busy = kind != "opt"
-        if self._queue:
+        if self._due:
             self._drain()
         return True
 
@@ -326,7 +331,7 @@ class Recorder:
             label = next((g.label for g in reversed(self._step.segs) if g.label != MEMREAD), None)
             self._cut(label or RESIDUAL)
             self._prev, self._pending = self._undo
-            if self._queue:
+            if self._due:
                 self._drain()
             return
         self._cut(LABEL[kind])
@@ -339,7 +344,7 @@ class Recorder:
             self._backward_end()
         elif kind == "opt":
             self._optimizer_end()
-        if self._queue:
+        if self._due:
             self._drain()
 
     def opt_post(self) -> None:
@@ -491,6 +496,7 @@ class Recorder:
         rest = _Step(segs=step.segs[upto:])
         self._step, self._pending, self._window = rest, None, None
         self._queue.append(closed)
+        self._due = True
         if memory is not None or upcoming is not None:
             self._apart()
 
@@ -511,13 +517,19 @@ class Recorder:
 
     def _drain(self) -> None:
         """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's
-        own time (the stop rule's tests, say) is cut out as a segment no step counts."""
+        own time (the stop rule's tests, say) is cut out as a segment no step counts. Looked at
+        once after each step closes, and at every boundary while marks are awaited."""
         queue = self._queue
-        if not queue or (len(queue) <= MAX_PENDING and not self.marker.ready(queue[0].segs[-1].b)):
+        if not queue:
+            self._due = False
             return
+        if len(queue) <= MAX_PENDING and not self.marker.ready(queue[0].segs[-1].b):
+            return  # the device is not there yet: looked at again at the next boundary
         if len(queue) < self._every and not self._handover_due(queue[0].segs[-1].b):
+            self._due = False  # looked at again when the next step closes
             return
         self.flush()
+        self._due = bool(queue)
         if self._last is not None and not self.off:
             if self.memory is not None:  # what the sink allocated is in no stage
                 self._held = self.memory.current()
