@@ -8,11 +8,13 @@ allow-listed environment variables are recorded (never tokens or secrets).
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import os
 import platform
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,6 +286,46 @@ def affinity_list() -> list[int]:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return list(range(os.cpu_count() or 1))
+
+
+def parse_cpus(text: str, flag: str = "--cpus") -> frozenset[int]:
+    """CPU ids in taskset's list form ("1", "0,2", "2-3"), each one this process may run on."""
+    from mlbaseline.errors import UsageError
+
+    allowed = affinity_list()
+    cpus: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            lo, hi = int(first), int(last or first)
+            if lo > hi:
+                raise ValueError(part)
+            cpus.update(range(lo, hi + 1))
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a CPU list like 1, 0,2 or 2-3") from None
+    outside = sorted(cpus - set(allowed))
+    if not cpus or outside:
+        raise UsageError(
+            f"{flag}: {text!r}: CPU(s) {', '.join(map(str, outside)) or 'none'} not among "
+            f"those this process may use ({', '.join(map(str, allowed))})"
+        )
+    return frozenset(cpus)
+
+
+@contextlib.contextmanager
+def pinned(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Processes started inside the block run on `cpus` (None: where this one may): the
+    calling thread's affinity, which a child inherits at fork, set for the block and put back
+    (set in the child instead, it would race the threads its start-up makes)."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _torchvision_version() -> str | None:

@@ -508,6 +508,16 @@ def test_bad_ref_and_no_repository_are_one_line_errors(
             "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 in its environment)",
         ),
         (["--", "python", "x"], "unexpected argument 'python' (a script needs --attach)"),
+        (["--cpus", "0"], "--cpus: only with --attach"),
+        (
+            ["--attach", "--cpus", "1-0", "--", "python", "x"],
+            "--cpus: '1-0' is not a CPU list like 1, 0,2 or 2-3",
+        ),
+        (
+            ["--attach", "--cpus", "4096", "--", "python", "x"],
+            f"--cpus: '4096': CPU(s) 4096 not among those this process may use "
+            f"({', '.join(map(str, sorted(os.sched_getaffinity(0))))})",
+        ),
     ],
 )
 def test_attach_usage_errors(args: list[str], message: str) -> None:
@@ -569,3 +579,30 @@ def test_the_report_of_an_ab_result_gives_what_was_compared_and_the_verdicts(
     plain = runner.invoke(app, ["report", str(GOLDEN_THROUGHPUT), "-o", str(tmp_path / "p")])
     assert plain.exit_code == 0, plain.stderr
     assert "## A/B verdicts" not in (tmp_path / "p" / "baseline_report.md").read_text()
+
+
+def test_cpus_pin_both_arms_processes_and_are_recorded(tmp_path: Path) -> None:
+    """--cpus: each arm's process starts on the given CPUs (what it starts inherits them),
+    this process's own CPUs are put back, and the result says where the arms ran."""
+    from mlbaseline.envinfo import parse_cpus
+    from mlbaseline.runners.attach_ab import spawn_in
+
+    mine = os.sched_getaffinity(0)
+    last = max(mine)
+    cpus = parse_cpus(str(last))
+    show = "import os; print('CPUS', sorted(os.sched_getaffinity(0)), flush=True)"
+    arm = ScriptArm((sys.executable, "-c", show), tmp_path, {})
+    child = spawn_in(tmp_path, cpus)(arm, "a")
+    child.proc.wait(timeout=60)
+    os.close(child.control)
+    os.close(child.status)
+    assert f"CPUS [{last}]" in child.log.read_text(), child.log.read_text()
+    assert os.sched_getaffinity(0) == mine
+    assert parse_cpus(f"{min(mine)}-{last}") == frozenset(range(min(mine), last + 1))
+    a, b = arms(tmp_path)
+    result = run_ab_attach(
+        resolve(None, "demo"), a, b, fake_spawner([], 1.0), pairs=4, seed=1, cpus=cpus
+    )
+    assert result.data["cpus"] == [last]
+    write_result(result, tmp_path / "ab.json")
+    assert load_result(tmp_path / "ab.json").data["cpus"] == [last]

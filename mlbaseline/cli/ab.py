@@ -217,6 +217,15 @@ class AbOptions:
             show_default=False,
         ),
     ] = None
+    cpus: Annotated[
+        OptStr,
+        opt(
+            "--cpus",
+            "--attach: run both arms' processes on these CPUs (1, 0,2, 2-3): on a shared "
+            "machine, less noise between turns (bench/RESULTS.md, attach).",
+            metavar="LIST",
+        ),
+    ] = None
     script: Annotated[
         ListOpt,
         typer.Argument(
@@ -280,6 +289,8 @@ def _check_attach(o: AbOptions) -> None:
             raise UsageError("--short-processes: only with --attach")
         if o.pairs_per_process is not None:
             raise UsageError("--pairs-per-process: only with --attach")
+        if o.cpus is not None:
+            raise UsageError("--cpus: only with --attach")
         if o.script:
             raise UsageError(f"unexpected argument {o.script[0]!r} (a script needs --attach)")
         return
@@ -324,9 +335,11 @@ def _write_arms(run: ProcessRun, output: Path | None, force: bool, ui: Ui) -> No
 
 def _measure_attached(cfg: Config, o: AbOptions, ui: Ui) -> Result:
     """--attach / --ref-a --ref-b: the script's two versions, turn by turn."""
+    from mlbaseline.envinfo import parse_cpus
     from mlbaseline.runners.ab_process import parse_env
     from mlbaseline.runners.attach_ab import run_script_ab
 
+    cpus = parse_cpus(o.cpus) if o.cpus is not None else None
     return run_script_ab(
         cfg,
         o.script or [],
@@ -340,6 +353,7 @@ def _measure_attached(cfg: Config, o: AbOptions, ui: Ui) -> Result:
         threshold=o.threshold,
         short=o.short_processes,
         per_process=o.pairs_per_process or PAIRS_PER_PROCESS,
+        cpus=cpus,
     )
 
 
@@ -396,13 +410,16 @@ def ab(common: CommonOptions, o: AbOptions) -> None:
     a B process warm up together, then take --pairs-per-process pairs of --turn-s turns:
     these units of processes (two processes of one script differ by a few percent), not the
     turns, are what the test counts; --short-processes: a fresh process per turn. Every
-    stage the hooks see, and the script's own, is judged.
+    stage the hooks see, and the script's own, is judged. On a shared machine (a CI runner,
+    a cloud VM), --cpus pins both arms to the same CPUs: the turns then meet the same cores.
 
     Example: mlb ab --set-b workload.threads=2 --pairs 55 -o ab.json
 
     Example: mlb ab --processes --cwd-b ../mlb-old --pairs 12 -o ab.json
 
     Example: mlb ab --ref-a main --ref-b HEAD -o ab.json -- python train.py --epochs 1
+
+    Example: mlb ab --ref-a main --ref-b HEAD --cpus 1 -o ab.json -- python train.py
     """
     _check(o)
     arms: dict[str, Config] = {}

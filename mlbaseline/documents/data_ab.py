@@ -219,6 +219,8 @@ class Data(Strict):
     # metrics' replicate ids are the units'); --pairs-per-process
     units: list[Unit] | None = None
     pairs_per_process: int | None = None
+    # --cpus: the CPU ids both arms' processes were pinned to (null: not pinned)
+    cpus: list[int] | None = None
     # files written before the units (one process per arm rotating): stage -> how much two
     # long-lived processes of one arm differed (ratio − 1); no longer written
     process_spread: dict[str, FiniteFloat] | None = None

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from mlbaseline import scratch, stats
 from mlbaseline.config import Config
-from mlbaseline.envinfo import fingerprint
+from mlbaseline.envinfo import fingerprint, pinned
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.contamination import record as record_contamination
@@ -183,13 +183,14 @@ class PipeChild:
         return f"exit code {code}" + (f": {tail}" if tail and code != 0 else "")
 
 
-def spawn_in(logs: Path) -> Spawner:
+def spawn_in(logs: Path, cpus: frozenset[int] | None = None) -> Spawner:
     """The real spawner: each arm's process runs its command in its folder, in turn mode,
     under `mlb attach`'s boot (`runners.attach.write_boot` / `child_env`: the hooks are
     installed before the script's first line, with `attach_turns`' sink), with a control and
     a status pipe, in its own session (a terminal's Ctrl-C reaches this process, which stops
     the arms itself), its output to a log in `logs` (two scripts' output interleaved on one
-    terminal would be noise; the last line of a failed one is in its error)."""
+    terminal would be noise; the last line of a failed one is in its error). `cpus`: every
+    arm's process (and what it starts) runs on these CPUs (`--cpus`)."""
     from mlbaseline.runners import attach
 
     boot = logs / "boot"
@@ -203,7 +204,7 @@ def spawn_in(logs: Path) -> Spawner:
         env = attach.child_env(boot, "turns", status_w, control_r, extra=arm.env)
         log_path = logs / f"{name}-{next(count)}.log"
         try:
-            with open_stream(log_path, mode="wb") as log:
+            with open_stream(log_path, mode="wb") as log, pinned(cpus):
                 proc = subprocess.Popen(
                     list(arm.command),
                     cwd=arm.cwd,
@@ -478,12 +479,14 @@ def run_ab_attach(
     probe: GpuProbe | None = None,
     clock: Clock | None = None,
     max_failures: int = MAX_FAILURES,
+    cpus: frozenset[int] | None = None,
 ) -> Result:
     """Run the two arms' turns, `pairs` pairs in ABBA/BAAB order (or until `budget_s`), and
     judge B/A per stage from each unit's figures (`per_process` pairs of one A and one B
     process; `short`: a fresh process per turn from the start, each pair a unit). `cfg`
     gives the statistics' settings (compare.alpha, …) and `seed` (default its golden.seed)
-    the order and the bootstrap; `spawner` starts one arm's process."""
+    the order and the bootstrap; `spawner` starts one arm's process (`cpus`: the CPUs it
+    pins them to, recorded)."""
     check_turns(pairs, turn_s, budget_s)
     if per_process < 1:
         raise UsageError("--pairs-per-process: must be >= 1")
@@ -509,6 +512,7 @@ def run_ab_attach(
         "stages_recorded": [*TRAIN_STAGES, *extra, "step", "residual"],
         "arms": {arm: spec.describe() for arm, spec in arms.items()},
         "command": redact_argv(arm_a.command),
+        "cpus": sorted(cpus) if cpus is not None else None,
     }
     result = ab_result(
         cfg, cfg, units, threshold, seed, meta, extra_stages=extra, per_unit=per_process
@@ -609,14 +613,15 @@ def run_script_ab(
     refs: Mapping[str, str | None],
     envs: Mapping[str, Mapping[str, str]],
     spawner: Callable[[Path], Spawner] | None = None,
+    cpus: frozenset[int] | None = None,
     **run: Any,
 ) -> Result:
     """`mlb ab --attach`: the arms (folders or worktrees at refs, see `script_arms`), a scratch
     folder for their logs, then `run_ab_attach` with `run`'s options. `spawner(logs)` makes
-    the spawner (default: real processes under the attach hooks, `spawn_in`)."""
+    the spawner (default: real processes under the attach hooks, `spawn_in`, on `cpus`)."""
     with scratch.folder("attach") as logs, script_arms(command, cwds, refs, envs) as arms:
-        make = spawner or spawn_in
-        return run_ab_attach(cfg, arms["a"], arms["b"], make(logs), **run)
+        made = spawner(logs) if spawner is not None else spawn_in(logs, cpus)
+        return run_ab_attach(cfg, arms["a"], arms["b"], made, cpus=cpus, **run)
 
 
 __all__ = [
