@@ -606,3 +606,16 @@ def test_cpus_pin_both_arms_processes_and_are_recorded(tmp_path: Path) -> None:
     assert result.data["cpus"] == [last]
     write_result(result, tmp_path / "ab.json")
     assert load_result(tmp_path / "ab.json").data["cpus"] == [last]
+    from rich.console import Console
+
+    from mlbaseline.cli.ab import render
+    from mlbaseline.cli.common import Ui
+    from mlbaseline.progress import NullProgress
+
+    console = Console(record=True, width=100, file=io.StringIO())
+    render(result, Ui(console, NullProgress(), False))
+    assert f", on CPUs {last}" in console.export_text()
+    report = runner.invoke(app, ["report", str(tmp_path / "ab.json"), "-o", str(tmp_path / "r")])
+    assert report.exit_code == 0, report.output
+    text = (tmp_path / "r" / "baseline_report.md").read_text()
+    assert f", on CPUs {last}" in text

@@ -112,6 +112,8 @@ def memory_table(d: AbData) -> Table:
 
 
 def render(result: Result, ui: Ui) -> None:
+    from mlbaseline.report.sections_ab import pinned_to
+
     d = ab_data(result)
     for arm in ("a", "b"):
         ui.print(_arm_line(d, arm))
@@ -124,7 +126,7 @@ def render(result: Result, ui: Ui) -> None:
         ui.print(f"{len(d.dropped)} pairs dropped (a turn failed); last: {last}")
     if d.command is not None:
         each = f", {d.pairs_per_process} pairs a unit" if d.pairs_per_process else ""
-        ui.print(f"mode: {d.mode}, turns of {fmt.duration(d.turn_s)}{each}")
+        ui.print(f"mode: {d.mode}, turns of {fmt.duration(d.turn_s)}{each}{pinned_to(d)}")
     ui.print(f"stopped by {d.stop_reason}; overall: {_verdict(d.verdict)}")
 
 

@@ -43,7 +43,12 @@ def arm_line(d: AbData, arm: str) -> str:
 def _how(d: AbData) -> str:
     units = f" in {len(d.units)} units of processes" if d.units is not None else ""
     mode = f"{d.mode}, " if d.mode else ""
-    return f"{mode}{d.pairs_done} pairs{units}"
+    return f"{mode}{d.pairs_done} pairs{units}{pinned_to(d)}"
+
+
+def pinned_to(d: AbData) -> str:
+    """ ", on CPUs 1" where --cpus pinned the arms (else nothing)."""
+    return f", on CPUs {','.join(map(str, d.cpus))}" if d.cpus else ""
 
 
 def ab_only(ctx: ReportContext) -> bool:
@@ -100,4 +105,12 @@ def section_ab(ctx: ReportContext) -> list[str]:
     return lines
 
 
-__all__ = ["HEADING", "ab_only", "ab_payload", "arm_line", "measured_ab", "section_ab"]
+__all__ = [
+    "HEADING",
+    "ab_only",
+    "ab_payload",
+    "arm_line",
+    "measured_ab",
+    "pinned_to",
+    "section_ab",
+]
