@@ -14,6 +14,9 @@
     needs `trace_step` in a plain loop, so its per-stage agreement is reported only if its
     summary has steps.
 
+(d) Pinning: A/A trials unpinned and with `--cpus` (both arms on one CPU), interleaved,
+    MLB_BENCH_ATTACH_PINNED_TRIALS of each (default 4; 0: none): the step's MDE and wall.
+
 Trials: MLB_BENCH_ATTACH_TRIALS (default 20; the issue's figures are over 20). Pairs of 1 s turns
 per `ab` trial: MLB_BENCH_ATTACH_PAIRS (default 20, `mlb ab --attach`'s default: 10 units of an A
 and a B process taking 2 pairs each, the units being what the test counts).
@@ -37,6 +40,8 @@ from bench_common import Row, pct, secs
 TRIALS = int(os.environ.get("MLB_BENCH_ATTACH_TRIALS", "20"))
 COMPARE_TRIALS = int(os.environ.get("MLB_BENCH_ATTACH_COMPARE_TRIALS", str(max(1, TRIALS // 4))))
 ROUNDS = int(os.environ.get("MLB_BENCH_ATTACH_ROUNDS", "5"))
+# A/A trials of each kind, unpinned and --cpus, for the pinning rows (0: none)
+PINNED_TRIALS = int(os.environ.get("MLB_BENCH_ATTACH_PINNED_TRIALS", "4"))
 TRACEML_PATH = os.environ.get("MLB_BENCH_TRACEML_PATH", "")
 SLOWDOWN = 0.03  # the issue's target: ~3% of the step, real compute in one stage
 PAIRS, TURN_S = os.environ.get("MLB_BENCH_ATTACH_PAIRS", "20"), "1"
@@ -184,10 +189,12 @@ def _mlb(args: list[str], cwd: Path, timeout_s: float = 900) -> subprocess.Compl
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
 
 
-def ab_trial(repo: Path, out: Path) -> dict[str, Any]:
-    """One paired run: the loss stage's verdict, the overall verdict, the step's MDE, wall."""
+def ab_trial(repo: Path, out: Path, cpus: str | None = None) -> dict[str, Any]:
+    """One paired run: the loss stage's verdict, the overall verdict, the step's MDE, wall
+    (`cpus`: the arms pinned there, `--cpus`)."""
     start = time.perf_counter()
     args = ["ab", "--ref-a", "HEAD~1", "--ref-b", "HEAD", "--pairs", PAIRS, "--turn-s", TURN_S]
+    args += ["--cpus", cpus] if cpus is not None else []
     args += ["-o", str(out), "--force", "--no-history", "--quiet", "--", sys.executable]
     done = _mlb([*args, "train.py"], repo)
     wall = time.perf_counter() - start
@@ -204,6 +211,33 @@ def ab_trial(repo: Path, out: Path) -> dict[str, Any]:
         "wall": wall,
         "mode": data.get("mode"),
     }
+
+
+def pinning(same: Path, tmp: Path) -> list[Row]:
+    """A/A trials unpinned and with both arms on one CPU (`--cpus`, the last this process
+    may use; the bench script uses one thread), interleaved so both meet the same hour."""
+    cpu = str(max(os.sched_getaffinity(0)))
+    got: dict[str, list[dict[str, Any]]] = {"unpinned": [], f"--cpus {cpu}": []}
+    for i in range(PINNED_TRIALS):
+        for label in list(got) if i % 2 == 0 else list(got)[::-1]:
+            pin = cpu if label != "unpinned" else None
+            got[label].append(ab_trial(same, tmp / f"pin{i}-{pin}.json", pin))
+    rows = []
+    for label, trials in got.items():
+        mdes = sorted(t["mde"] for t in trials if t["mde"] is not None)
+        walls = [t["wall"] for t in trials]
+        false = sum(bool(t["called"]) for t in trials)
+        value = (
+            f"MDE median {pct(statistics.median(mdes))} (trials {', '.join(map(pct, mdes))}); "
+            f"wall median {secs(statistics.median(walls))}; false alarms {false}/{len(trials)}"
+            if mdes
+            else "n/a"
+        )
+        target = "<= 3% in <= 3 min" if label != "unpinned" else "beside it"
+        met = bool(mdes) and statistics.median(mdes) <= 0.03 and max(walls) <= 180
+        rows.append(Row(SECTION, f"ab --attach A/A, {label} ({len(trials)} trials, interleaved)",
+                        value, target, met if label != "unpinned" else None))  # fmt: skip
+    return rows
 
 
 def compare_trial(repo: Path, tmp: Path) -> dict[str, Any]:
@@ -497,8 +531,10 @@ def attach() -> list[Row]:
                 None,
             ),
         ]
+        if PINNED_TRIALS:
+            rows += pinning(same, tmp)
         rows += overhead(same, tmp)  # the A/A repo's HEAD: the base script
     return rows
 
 
-__all__ = ["attach", "make_repo"]
+__all__ = ["attach", "make_repo", "pinning"]
