@@ -426,6 +426,16 @@ def test_a_script_measured_while_other_programs_ran_is_marked_contaminated(
     assert block["max_foreign_cores"] == pytest.approx(1.5)
     (warning,) = [w for w in pooled.warnings if w["code"] == "contaminated"]
     assert "mlb ab --attach" in warning["message"]
+    # the report's signal names what measured it and gives that path's advice
+    from mlbaseline.report.signals import contamination_signals
+
+    (signal,) = contamination_signals([pooled])
+    assert signal.fired and signal.subject == "attach", signal
+    assert signal.message.startswith("attach: other programs used up to 1.50 cores")
+    assert signal.message.endswith("compare two versions with `mlb ab --attach`")
+    assert (
+        signal.advice == "rerun on a quiet machine, or compare two versions with `mlb ab --attach`"
+    )
     comparison = compare_results(pooled, pooled, cfg.compare, same_input=True)
     assert any(w["code"] == "contaminated_input" for w in comparison.warnings)
 

@@ -475,6 +475,16 @@ def cpu_signals(telemetry: Telemetry | None) -> list[Signal]:
     return [Signal("cpu_saturated", fired, frac, CPU_BUSY_SAMPLE_FRACTION, msg, "cpu")]
 
 
+def _advice(r: Result) -> str:
+    """The run's own advice (its `contaminated` warning's, which the path that measured it
+    chose: `mlb ab --attach` for a script), else the general one."""
+    for w in r.warnings:
+        message = str(w.get("message") or "")
+        if w.get("code") == "contaminated" and "; " in message:
+            return message.rsplit("; ", 1)[1]
+    return "rerun on a quiet machine or use `mlb ab`"
+
+
 def contamination_signals(results: Sequence[Result]) -> list[Signal]:
     """One per result that recorded its CPU account (`data["contamination"]`)."""
     out = []
@@ -484,13 +494,16 @@ def contamination_signals(results: Sequence[Result]) -> list[Signal]:
             continue
         value, limit = float(info["max_foreign_cores"]), float(info["threshold_cores"])
         fired = bool(info.get("contaminated"))
+        # what made it: `mlb attach` and the library API write kind "throughput" too
+        subject = str(r.data.get("source") or r.kind)
         msg = (
-            f"{r.kind}: other programs used up to {value:.2f} cores "
+            f"{subject}: other programs used up to {value:.2f} cores "
             f"(in {info.get('worst_phase')}) over {len(info.get('phases') or [])} phases"
         )
+        advice = _advice(r) if fired else ""
         if fired:
-            msg += " — the figures include their load; rerun on a quiet machine or use `mlb ab`"
-        out.append(Signal("contaminated", fired, value, limit, msg, r.kind))
+            msg += f" — the figures include their load; {advice}"
+        out.append(Signal("contaminated", fired, value, limit, msg, subject, advice=advice))
     return out or [_not_measured("contaminated", "no CPU account in the results")]
 
 
