@@ -619,3 +619,27 @@ def test_cpus_pin_both_arms_processes_and_are_recorded(tmp_path: Path) -> None:
     assert report.exit_code == 0, report.output
     text = (tmp_path / "r" / "baseline_report.md").read_text()
     assert f", on CPUs {last}" in text
+
+
+def test_a_wide_mde_unpinned_points_to_cpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arms not pinned on a machine of two CPUs, units that differ by ±6%: the verdict says
+    the step's MDE and that --cpus (with a CPU this machine has) can narrow it; pinned, or
+    on one CPU, there is nothing to advise."""
+    from mlbaseline.runners import attach_ab
+
+    noisy = {f"b{i}": 1.06 if i % 2 else 0.94 for i in range(6)}
+    a, b = arms(tmp_path)
+    cfg = resolve(None, "demo")
+
+    def run(**extra: Any) -> Any:
+        spawn = fake_spawner([], per_process=noisy)
+        return run_ab_attach(cfg, a, b, spawn, pairs=12, seed=1, **extra)
+
+    monkeypatch.setattr(attach_ab, "affinity_list", lambda: [0, 1])
+    (warning,) = [w for w in run().warnings if w["code"] == "unpinned_noise"]
+    assert warning["value"] > 0.01 and "--cpus 1 (as many CPUs" in warning["message"]
+    assert not [w for w in run(cpus=frozenset({1})).warnings if w["code"] == "unpinned_noise"]
+    monkeypatch.setattr(attach_ab, "affinity_list", lambda: [0])
+    assert not [w for w in run().warnings if w["code"] == "unpinned_noise"]

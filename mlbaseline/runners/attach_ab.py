@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from mlbaseline import scratch, stats
 from mlbaseline.config import Config
-from mlbaseline.envinfo import fingerprint, pinned
+from mlbaseline.envinfo import affinity_list, fingerprint, pinned
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.contamination import record as record_contamination
@@ -518,6 +518,7 @@ def run_ab_attach(
         cfg, cfg, units, threshold, seed, meta, extra_stages=extra, per_unit=per_process
     )
     _annotate(result, turns, arms, log, members)
+    _advise_pinning(result, threshold, cpus)
     record_contamination(result, account)
     # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
     # one `auto` finds here is the likely one, and the history groups results by it)
@@ -563,6 +564,25 @@ def _annotate(
             "two folders with --cwd-a/--cwd-b",
             files=edits,
         )
+
+
+def _advise_pinning(result: Result, threshold: float, cpus: frozenset[int] | None) -> None:
+    """Arms not pinned, on a machine with more than one CPU, and a step MDE wider than the
+    practical band: say that `--cpus` can narrow it (the turns then meet the same cores)."""
+    allowed = affinity_list()
+    step = next((s for s in result.data.get("stages") or [] if s.get("stage") == "step"), {})
+    mde = step.get("mde")
+    if cpus is not None or len(allowed) < 2 or mde is None or not mde > threshold:
+        return
+    result.warn(
+        "unpinned_noise",
+        f"the step's MDE is {mde:.1%} (a change below it can pass unseen) and the arms ran on "
+        f"whichever CPUs the scheduler gave each turn: --cpus {allowed[-1]} (as many CPUs as "
+        "the script uses threads) runs both on the same ones, which halved the MDE on a "
+        "shared 2-CPU machine (bench attach); more --pairs narrow it too",
+        value=mde,
+        threshold=threshold,
+    )
 
 
 @contextlib.contextmanager
