@@ -485,8 +485,7 @@ def run_ab_attach(
     judge B/A per stage from each unit's figures (`per_process` pairs of one A and one B
     process; `short`: a fresh process per turn from the start, each pair a unit). `cfg`
     gives the statistics' settings (compare.alpha, …) and `seed` (default its golden.seed)
-    the order and the bootstrap; `spawner` starts one arm's process (`cpus`: the CPUs it
-    pins them to, recorded)."""
+    the order and the bootstrap; `spawner` starts one arm's process (on `cpus`, recorded)."""
     check_turns(pairs, turn_s, budget_s)
     if per_process < 1:
         raise UsageError("--pairs-per-process: must be >= 1")
@@ -494,9 +493,8 @@ def run_ab_attach(
     arms = {"a": arm_a, "b": arm_b}
     seed = cfg.golden.seed if seed is None else seed
     order = abba_order(pairs, seed)
-    clock = clock or PerfClock()
     mode = SHORT if short else LONG
-    turns = _Turns(arms, spawner, turn_s, clock, mode=mode, per_process=per_process)
+    turns = _Turns(arms, spawner, turn_s, clock or PerfClock(), mode=mode, per_process=per_process)
     account = pairs_account(cfg)  # the arms' processes are this process's children
     with account.phase("ab pairs"):
         log = turns.run(order, budget_s, progress or NullProgress(), max_failures)
@@ -520,8 +518,7 @@ def run_ab_attach(
     _annotate(result, turns, arms, log, members)
     _advise_pinning(result, threshold, cpus)
     record_contamination(result, account)
-    # the machine's fingerprint, as `mlb ab` takes it (the script picks its own device: the
-    # one `auto` finds here is the likely one, and the history groups results by it)
+    # as `mlb ab` takes it (the script picks its device: `auto`'s is the likely one)
     result.environment = fingerprint(cfg.to_dict(), probe, resolve_device("auto"))
     mark_lost_turns(result, log, max_failures)
     return result
