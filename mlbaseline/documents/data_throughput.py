@@ -273,6 +273,7 @@ class Contamination(Strict):
     worst_phase: str | None = None
     phases: list[CpuPhase] = Field(default_factory=list)
     method: str
+    advice: str | None = None  # the measuring path's advice when contaminated (files since 26)
 
 
 class Sittings(Strict):

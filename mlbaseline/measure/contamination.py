@@ -115,6 +115,7 @@ class CpuAccount:
             "worst_phase": worst["phase"] if worst else None,
             "phases": list(self.phases),
             "method": METHOD,
+            "advice": self.advice,  # what the path that measured it advises when contaminated
         }
 
     def message(self) -> str | None:

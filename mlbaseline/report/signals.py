@@ -475,16 +475,6 @@ def cpu_signals(telemetry: Telemetry | None) -> list[Signal]:
     return [Signal("cpu_saturated", fired, frac, CPU_BUSY_SAMPLE_FRACTION, msg, "cpu")]
 
 
-def _advice(r: Result) -> str:
-    """The run's own advice (its `contaminated` warning's, which the path that measured it
-    chose: `mlb ab --attach` for a script), else the general one."""
-    for w in r.warnings:
-        message = str(w.get("message") or "")
-        if w.get("code") == "contaminated" and "; " in message:
-            return message.rsplit("; ", 1)[1]
-    return "rerun on a quiet machine or use `mlb ab`"
-
-
 def contamination_signals(results: Sequence[Result]) -> list[Signal]:
     """One per result that recorded its CPU account (`data["contamination"]`)."""
     out = []
@@ -495,13 +485,15 @@ def contamination_signals(results: Sequence[Result]) -> list[Signal]:
         value, limit = float(info["max_foreign_cores"]), float(info["threshold_cores"])
         fired = bool(info.get("contaminated"))
         # what made it: `mlb attach` and the library API write kind "throughput" too
-        subject = str(r.data.get("source") or r.kind)
+        source = source_of(r)
+        subject = r.kind if source == CLI else source
         msg = (
             f"{subject}: other programs used up to {value:.2f} cores "
             f"(in {info.get('worst_phase')}) over {len(info.get('phases') or [])} phases"
         )
-        advice = _advice(r) if fired else ""
-        if fired:
+        advice = ""
+        if fired:  # the path's own advice (attach: `mlb ab --attach`); older files lack it
+            advice = str(info.get("advice") or "rerun on a quiet machine or use `mlb ab`")
             msg += f" — the figures include their load; {advice}"
         out.append(Signal("contaminated", fired, value, limit, msg, subject, advice=advice))
     return out or [_not_measured("contaminated", "no CPU account in the results")]

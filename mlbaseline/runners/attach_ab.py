@@ -575,9 +575,8 @@ def _advise_pinning(result: Result, threshold: float, cpus: frozenset[int] | Non
         "unpinned_noise",
         f"the step's MDE is {mde:.1%} (a change below it can pass unseen) and the arms ran on "
         f"whichever CPUs the scheduler gave each turn: --cpus {allowed[-1]} (as many CPUs as "
-        "the script uses threads) runs both on the same ones (on a shared 2-CPU machine the "
-        "A/A step MDE went from 7.6% to 4.0%, medians of 8 runs: bench attach); more --pairs "
-        "narrow it too",
+        "the script uses threads) runs both on the same ones, which about halved it on a "
+        "shared 2-CPU machine (bench/RESULTS.md, attach); more --pairs narrow it too",
         value=mde,
         threshold=threshold,
     )
