@@ -31,7 +31,9 @@ exactly, eval and the sink's own time (the stop rule's tests) left out. Every bo
 `Marker` mark: the host clock on CPU, a CUDA event on the current stream when the first train
 forward runs on a GPU, whose times are read only once the step's last event has completed
 (`query()`, polled at the boundaries): nothing in the hot path synchronizes. Steps wait in a
-small queue until then; a step is handed over at the next step's first boundary.
+small queue until then; a step is handed over at the next step's first boundary, or, to a sink
+that takes its steps in batches (the measuring sink), with the batch (on the host clock the
+boundaries are then logged and cut at an optimizer step: `step_cutter.Recorder._replay`).
 
 Memory (issue 28): with `memory=True` (the default) the cutter reads the per-step memory
 recorder of `measure.memory_step` (`make_step_memory`, the stage timer's) at every boundary:

@@ -18,6 +18,12 @@ sink's: a mark after it (`_Seg.c`; after the peak's, a `memread` segment), in no
 the residual, because it is mlb's cost, not the script's (counted in the residual it was 3–10% of
 a small script's step and hid what the script itself leaves unclaimed; `make bench`'s `attach`
 section measures it); on CUDA events the host-side reads take no device time.
+
+The hot path (a sink with `handover_every` > 1 on the host clock, once steps are optimizer
+steps): a boundary is logged, a mark and an append, and the logged boundaries are cut later at
+their own marks, many steps at a time, by the same code (`Recorder._replay`); a step whose
+memory is read is cut as it comes. The records are the same either way
+(`tests/test_step_cutter_log.py`).
 """
 
 from __future__ import annotations
@@ -51,19 +57,25 @@ LABEL = {
 MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
 # On the host clock, a step's memory is read on every MEMORY_EVERY-th step, and on any step
 # that begins MEMORY_GAP_S or more after the last read one began: a reading at each boundary
-# (malloc's counter, the peak's reset) costs ~5 µs there with the step's data in the cache, ~100
-# µs a step, which is 1-2% of a 5-10 ms step; a held size or a peak is nearly the same every
-# step, so one step in 8 gives the same medians, and a step slower than 50 ms is read every time
-MEMORY_EVERY = 8
-MEMORY_GAP_S = 0.05
+# (malloc's counter, the peak's reset) costs ~5 µs there with the step's data in the cache, and
+# a read step is cut as it comes (not logged, see `Recorder._replay`); a held size or a peak is
+# nearly the same every step, so one step in 16 gives the same medians (a 1 s A/B turn of 10 ms
+# steps still reads 6), and a step slower than 0.2 s is read every time. One in 8 with 50 ms
+# cost ~13 µs a step on a tiny model (`make bench`'s attach overhead), one in 16 about half
+MEMORY_EVERY = 16
+MEMORY_GAP_S = 0.2
 # A sink that says `handover_every = N` (the measuring sink: its stop rule can decide a few
 # steps late) gets the closed steps N at a time, or once the oldest waiting one ended
-# HANDOVER_GAP_S or more before a step closes (or while its marks are awaited): the resolving
-# and the stop rule then run over N steps in one go, their code warm, instead of cold between
-# each step's torch work. The sink costs 7 µs a step run back to back, ~35 µs between a tiny
-# model's steps; N=16 took attach's added time per step from 162 to 118 µs there (one
-# process, blocks interleaved with plain ones, 30 rounds)
+# HANDOVER_GAP_S or more before (or while its marks are awaited): the resolving and the stop
+# rule then run over N steps in one go, their code warm, instead of cold between each step's
+# torch work (7 µs a step run back to back, ~35 µs between a tiny model's steps). On the host
+# clock such a sink also has the boundaries logged (`Recorder._replay`): a boundary then costs
+# a mark and an append, and the cutting runs N steps at a time
 HANDOVER_GAP_S = 0.25
+# the hot path's log (`Recorder._replay`): its events, and at most this many before they are
+# cut (a long eval stretch has no optimizer step to end it)
+_BEGIN, _END, _CLOSURE_END = 0, 1, 2
+MAX_LOG = 512
 
 
 @dataclass(frozen=True)
@@ -238,6 +250,12 @@ class Recorder:
         # the boundaries look again (one attribute read each, not the hand-over's tests)
         self._due = False
         self._closure = False  # an optimizer step's closure is running
+        # boundaries logged by the hot path, (op, kind, arg, mark), cut at the step's
+        # optimizer step (`_replay`); `_lazy`: the next boundary is logged, not cut
+        self._log: list[tuple[int, str, Any, Any]] = []
+        self._lazy = False
+        self._logged = 0  # optimizer steps in the log
+        self._read_next = False  # the step that begins next has its memory read
         self._in_loss = False  # after a train forward, before its backward
         self._training = False  # a backward or an optimizer step has been seen
         self._window: int | None = None  # the first segment since the last backward's end
@@ -247,7 +265,9 @@ class Recorder:
 
     @property
     def need_samples(self) -> bool:
-        return self._step.need_samples
+        # logging, the step's state is not up to date: the batch is read at every train
+        # forward (it is needed at each micro-batch's first, nearly every forward anyway)
+        return self._lazy or self._step.need_samples
 
     def add_samples(self, samples: int | None) -> None:
         """The batch size of the open forward, found at its end (keyword inputs)."""
@@ -266,6 +286,8 @@ class Recorder:
         self.marker_chosen = True
         if marker is None or marker is self.marker:
             return
+        self._log, self._lazy, self._logged = [], False, 0  # the old clock's marks: dropped
+        self._read_next = False
         self.marker, self._last, self._step = marker, None, _Step()
         if self._memory_for is not None:
             self.memory = self._memory_src = self._memory_for(marker.kind)
@@ -279,14 +301,117 @@ class Recorder:
         (`end()` must follow either way). False: the recorder is off."""
         if self.off:
             return False
+        closure = False
         if self.open is not None:
             if self.open != "opt" or self.inner or kind == "opt":
                 self.inner += 1
                 return True
             # optimizer.step(closure) runs the forward and backward itself (Lightning): they
             # are cut as usual, and the step's end closes the optimizer stage
-            self.open, self._closure, self._prev = None, True, ("opt", "begin")
-            self.busy = False
+            self._closure = closure = True
+        self.open, self.busy = kind, kind != "opt"
+        if self._lazy:
+            self._log.append((_BEGIN, kind, (samples, closure), self.marker.mark()))
+            if len(self._log) >= MAX_LOG:
+                self._replay()
+            return True
+        self._begin_cut(kind, samples, closure, None)
+        self._after_event()
+        return True
+
+    def end(self, keep: bool = True) -> None:
+        """The open interval ends (`keep=False`: an h2d that moved nothing: residual)."""
+        if self.off or self.open is None:
+            return
+        if self.inner:
+            self.inner -= 1
+            return
+        kind, self.open, self.busy = self.open, None, False
+        if self._lazy:
+            self._log.append((_END, kind, keep, self.marker.mark()))
+            return
+        self._end_cut(kind, keep, None)
+        self._after_event()
+
+    def opt_post(self) -> None:
+        """An optimizer step returned (its post hook)."""
+        if self.off:
+            return
+        if self.open == "opt":
+            self.end()
+        elif self.open is None and self._closure:
+            # the step ran a closure: the optimizer stage is its last backward's end to here
+            self._closure = False
+            if self._lazy:
+                self._log.append((_CLOSURE_END, "opt", None, self.marker.mark()))
+            else:
+                self._closure_end_cut(None)
+                self._after_event()
+        else:
+            return
+        if self.mode != "optimizer" or self.marker.kind != "cpu":
+            return
+        # the step's end: is the next one's memory read (then its boundaries are cut as they
+        # come), and are the logged steps due to be cut (and handed over)?
+        read = self._memory_src is not None and self._memory_due(self.marker.mark())
+        if self._log:
+            self._logged += 1
+            if read or self._logged >= self._every or self._log_gap():
+                self._replay()
+        if read:  # (a second optimizer's step in the same step keeps the first one's "read")
+            self._read_next, self._lazy = True, False
+
+    # ------------------------------------------------------------ the hot path's log
+
+    def _after_event(self) -> None:
+        """After a boundary cut as it came: the hand-over, and whether the next boundaries
+        may be logged (see `_replay`)."""
+        if self._due:
+            self._drain()
+        self._lazy = (
+            self._every > 1  # a sink that takes each step at the next step's first boundary
+            and self.mode == "optimizer"
+            and self.memory is None
+            and not self._read_next
+            and self.marker.kind == "cpu"
+        )
+
+    def _log_gap(self) -> bool:
+        """The oldest logged boundary is HANDOVER_GAP_S old or more (slow steps: the sink
+        is not kept waiting for the rest of a batch)."""
+        return self.marker.seconds(self._log[0][3], self._log[-1][3]) >= HANDOVER_GAP_S
+
+    def _replay(self) -> None:
+        """Cut the logged boundaries, in order, at their logged marks, then cut the time
+        this took out of the step (mlb's, like the sink's). The hot path logs a boundary
+        instead of cutting it on the host clock, once steps are optimizer steps, in steps
+        whose memory is not read: the step is cut (and handed over) at an optimizer step, a
+        sink's `handover_every` steps at a time (or HANDOVER_GAP_S after the oldest), or
+        before a step whose memory is read, whose boundaries are cut as they come (the
+        readings need the boundary's moment; which step is read is decided at the optimizer
+        step before it, `opt_post`). Cutting ~10 boundaries a step in one go, many steps at
+        a time, runs the cutter's code warm instead of cold between torch's work: `make
+        bench`'s attach overhead."""
+        log, self._log, self._logged = self._log, [], 0
+        for op, kind, arg, mark in log:
+            if op == _BEGIN:
+                self._begin_cut(kind, arg[0], arg[1], mark)
+            elif op == _END:
+                self._end_cut(kind, arg, mark)
+            else:
+                self._closure_end_cut(mark)
+        if self._last is not None and not self.off:
+            mark = self.marker.mark()
+            self._step.segs.append(_Seg(MLB, self._last, mark))
+            self._last = mark
+        self._after_event()
+
+    # ------------------------------------------------------------ cutting one boundary
+
+    def _begin_cut(self, kind: str, samples: int | None, closure: bool, mark: Any) -> None:
+        """The cut at an outermost interval's start (`mark`: its logged mark; None: now)."""
+        if closure:
+            self._prev = ("opt", "begin")
         step = self._step
         if step.candidate is not None:
             if kind == "opt":  # a second optimizer in the same step: the step goes on
@@ -297,11 +422,14 @@ class Recorder:
             elif kind != "aux":
                 self._close(step.candidate, "optimizer")
                 step = self._step
-        if kind == "efwd":
+        # the two helpers act only where these guards hold (the hot path: tested here, inline)
+        edge = self._eval or kind == "efwd"
+        if edge and kind == "efwd":
             self._eval_edge(kind)  # the time up to an eval forward is eval's
-        self._open_window(kind)
-        self._cut(self._gap(kind))
-        if kind != "efwd":
+        if kind == "opt" or kind == "aux":
+            self._open_window(kind)
+        self._cut(self._gap(kind), mark)
+        if edge and kind != "efwd":
             self._eval_edge(kind)  # the time up to a train forward's data is eval's
         self._undo = (self._prev, self._pending)  # an h2d that moves nothing was none
         if kind in ("data", "h2d") and self._pending is None:
@@ -313,28 +441,18 @@ class Recorder:
         if kind == "fwd":
             step.forward_seen = True
             self.add_samples(samples)
-        self.open, self._prev = kind, (kind, "begin")
-        self.busy = kind != "opt"
-        if self._due:
-            self._drain()
-        return True
+        self._prev = (kind, "begin")
 
-    def end(self, keep: bool = True) -> None:
-        """The open interval ends (`keep=False`: an h2d that moved nothing: residual)."""
-        if self.off or self.open is None:
-            return
-        if self.inner:
-            self.inner -= 1
-            return
-        kind, self.open, self.busy = self.open, None, False
+    def _end_cut(self, kind: str, keep: bool, mark: Any) -> None:
+        """The cut at an outermost interval's end."""
         if not keep:  # the time goes to whatever it interrupted
-            label = next((g.label for g in reversed(self._step.segs) if g.label != MEMREAD), None)
-            self._cut(label or RESIDUAL)
+            label = next(
+                (g.label for g in reversed(self._step.segs) if g.label not in (MEMREAD, MLB)), None
+            )
+            self._cut(label or RESIDUAL, mark)
             self._prev, self._pending = self._undo
-            if self._due:
-                self._drain()
             return
-        self._cut(LABEL[kind])
+        self._cut(LABEL[kind], mark)
         self._prev = (kind, "end")
         if kind == "fwd":
             self._in_loss = True
@@ -344,21 +462,12 @@ class Recorder:
             self._backward_end()
         elif kind == "opt":
             self._optimizer_end()
-        if self._due:
-            self._drain()
 
-    def opt_post(self) -> None:
-        """An optimizer step returned (its post hook)."""
-        if self.off:
-            return
-        if self.open == "opt":
-            self.end()
-        elif self.open is None and self._closure:
-            # the step ran a closure: the optimizer stage is its last backward's end to here
-            self._open_window("opt")
-            self._cut(self._gap("opt"))
-            self._prev, self._pending = ("opt", "end"), None
-            self._optimizer_end()
+    def _closure_end_cut(self, mark: Any) -> None:
+        self._open_window("opt")
+        self._cut(self._gap("opt"), mark)
+        self._prev, self._pending = ("opt", "end"), None
+        self._optimizer_end()
 
     def _trained(self) -> None:
         """The first backward or optimizer step: training has begun (a sink may say so before
@@ -371,12 +480,13 @@ class Recorder:
     def _optimizer_end(self) -> None:
         if not self._training:
             self._trained()
-        self._closure = False
         self.mode = "optimizer"
         self._step.candidate = len(self._step.segs)
 
     def flush(self, block: bool = False) -> None:
         """Hand every step whose marks can be read to the sink (`block`: wait for them)."""
+        if self._log:
+            self._replay()
         while self._queue:
             closed = self._queue[0]
             last = closed.segs[-1].b
@@ -429,8 +539,9 @@ class Recorder:
                 for seg in segs[self._pending :]:
                     seg.eval = False
 
-    def _cut(self, label: str) -> None:
-        mark = self.marker.mark()
+    def _cut(self, label: str, mark: Any = None) -> None:
+        if mark is None:
+            mark = self.marker.mark()
         mem = self.memory
         if mem is None:
             if self._last is not None:
@@ -502,18 +613,26 @@ class Recorder:
 
     def _next_memory(self) -> StepMemoryRecorder | None:
         """The memory recorder for the step that begins now, or None where it is not read
-        (host clock: see MEMORY_EVERY; on CUDA events every step is read, its reads being
+        (host clock: see MEMORY_EVERY, decided at the step's optimizer step once a step is
+        one (`opt_post`), else here; on CUDA events every step is read, its reads being
         host-side counters that take no device time)."""
         src = self._memory_src
         if src is None or self.marker.kind != "cpu":
             return src
+        if self.mode == "optimizer":
+            read, self._read_next = self._read_next, False
+            return src if read else None
+        return src if self._memory_due(self._last) else None
+
+    def _memory_due(self, now: Any) -> bool:
+        """Whether the next step's memory is read, on the host clock (MEMORY_EVERY)."""
         self._memory_skip += 1
-        now, since = self._last, self._memory_at
+        since = self._memory_at
         due = since is None or now is None or self._memory_skip >= MEMORY_EVERY
         if not due and self.marker.seconds(since, now) < MEMORY_GAP_S:
-            return None
+            return False
         self._memory_skip, self._memory_at = 0, now
-        return src
+        return True
 
     def _drain(self) -> None:
         """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's
@@ -546,22 +665,24 @@ class Recorder:
     def _resolve(self, closed: _Closed) -> HookStep:
         stages = dict.fromkeys(STAGES, 0.0)
         held = dict.fromkeys(STAGES, 0)
+        memory = closed.memory
         total = eval_s = 0.0
         seconds = self.marker.seconds
         ns = isinstance(self.marker, CpuMarker)  # nanoseconds: subtracted here, no call a segment
         for seg in closed.segs:
-            if seg.label in (MLB, MEMREAD):  # mlb's own time (seg.c too): in no step
+            label = seg.label
+            if label in (MLB, MEMREAD):  # mlb's own time (seg.c too): in no step
                 continue
             d = (seg.b - seg.a) / 1e9 if ns else seconds(seg.a, seg.b)
             if seg.eval:
                 eval_s += d
                 continue
             total += d
-            if seg.label in stages:
-                stages[seg.label] += d
-                held[seg.label] += max(0, seg.mb - seg.ma)
+            if label in stages:
+                stages[label] += d
+                if memory is not None and seg.mb > seg.ma:
+                    held[label] += seg.mb - seg.ma
         samples = closed.samples
-        memory = closed.memory
         if memory is not None:
             memory = replace(memory, held=held)
         return HookStep(
