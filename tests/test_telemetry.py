@@ -222,3 +222,40 @@ def test_children_found_through_proc_task_children(tmp_path):
     watched = sampler._watched()
     assert watched[0] == 4100 and sorted(watched) == [4100, 4101, 4102, 4103]
     assert sampler.sample_once()["read_bytes"] == 400
+
+
+def test_the_cpu_columns_and_the_tree_are_read_every_dear_every_s(tmp_path):
+    """/proc/stat is the sampler's dearest read beside a busy loop: read at most every
+    DEAR_EVERY_S, each row between carrying the last read (the average over its window); the
+    process tree too (a child is found within DEAR_EVERY_S), its processes' figures each row."""
+    import psutil
+
+    from mlbaseline.measure.telemetry import DEAR_EVERY_S
+
+    clock = ManualClock()
+    sampler = TelemetrySampler(NullProbe(), 0.1, pids=lambda: [], clock=clock, proc_root=tmp_path)
+    reads = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(psutil, name)
+
+        def cpu_percent(self, percpu=False):
+            reads.append(clock.now_ns())
+            return [10.0 * len(reads)] * sampler.ncpu
+
+    sampler._psutil = Counting()
+    rows = []
+    for _ in range(12):
+        rows.append(sampler.sample_once())
+        clock.advance(0.1)
+    assert len(reads) == 3  # at 0, 0.5 and 1.0 s (the interval 0.1 s)
+    assert [r["cpu_pct"] for r in rows] == [10.0] * 5 + [20.0] * 5 + [30.0] * 2
+    assert DEAR_EVERY_S == 0.5
+    fake_proc(tmp_path, 4200, 7)
+    sampler.pids = lambda: [4200]
+    seen = []
+    for _ in range(6):
+        seen.append(sampler.sample_once()["read_bytes"])
+        clock.advance(0.1)
+    assert seen[0] == "" and seen[-1] == 7  # found at the next tree read, within 0.5 s
