@@ -8,9 +8,10 @@ medians is one paired difference. Prints one JSON line.
 
 - `hooks`: blocks with the hooks and attach's measuring sink installed (its stop rule and
   memory readings running, the telemetry sampler off: it is measured apart) against blocks with
-  them uninstalled: the seconds added per step (median of the rounds), their quartiles. The
-  hooks' cost is per boundary, not per FLOP: a narrow model's short steps show it with the
-  least noise (the memory readings, one step in 16, are the same share at 0.3 and at 10 ms).
+  them uninstalled: the seconds added per step (median of the rounds), their quartiles. A
+  narrow model's short steps show it with the least noise, but ~4x lower than a wide model's
+  (~40 against ~110-210 µs here): between a wide model's boundaries its weights push the
+  hooks' code and data out of the caches.
 - `telemetry`: blocks with the telemetry sampler running (started before the block, as attach
   runs it) against blocks without, no hooks: its cost is a share of the wall time (a thread
   that wakes 10 times a second), the relative slowdown of the step's mean (median of the rounds),
