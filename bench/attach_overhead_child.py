@@ -34,17 +34,14 @@ def loop(batch: int, width: int) -> Callable[[int, bool], float]:
     """The bench script's loop (its data, model, optimizer); `block(n, mean)` times n steps loop
     top to loop top (data wait included) and gives their median, or their mean."""
     import torch
+    from bench_attach import bench_model
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
     ds = TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
     loader = DataLoader(ds, batch_size=batch, shuffle=True)
-    lin = torch.nn.Linear
-    model = torch.nn.Sequential(
-        lin(256, width), torch.nn.ReLU(), lin(width, width), torch.nn.ReLU(), lin(width, 10)
-    )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt = bench_model(width)  # bench/ is this script's folder, on sys.path
     batches: Any = iter(loader)
 
     def block(n: int, mean: bool = False) -> float:

@@ -122,16 +122,17 @@ def make_repo(root: Path, work: int) -> Path:
     return root
 
 
-def bench_model() -> tuple[Any, Any]:
-    """The script's model and optimizer (as in SCRIPT), for the in-process figures."""
+def bench_model(width: int = 1024) -> tuple[Any, Any]:
+    """The script's model and optimizer (as in SCRIPT, `width` wide), for the in-process
+    figures."""
     import torch
 
     model = torch.nn.Sequential(
-        torch.nn.Linear(256, 1024),
+        torch.nn.Linear(256, width),
         torch.nn.ReLU(),
-        torch.nn.Linear(1024, 1024),
+        torch.nn.Linear(width, width),
         torch.nn.ReLU(),
-        torch.nn.Linear(1024, 10),
+        torch.nn.Linear(width, 10),
     )
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 

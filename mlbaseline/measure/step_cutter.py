@@ -351,14 +351,11 @@ class Recorder:
             elif kind != "aux":
                 self._close(step.candidate, "optimizer")
                 step = self._step
-        # the two helpers act only where these guards hold (the hot path: tested here, inline)
-        edge = self._eval or kind == "efwd"
-        if edge and kind == "efwd":
+        if kind == "efwd":
             self._eval_edge(kind)  # the time up to an eval forward is eval's
-        if kind == "opt" or kind == "aux":
-            self._open_window(kind)
+        self._open_window(kind)
         self._cut(self._gap(kind), mark)
-        if edge and kind != "efwd":
+        if kind != "efwd":
             self._eval_edge(kind)  # the time up to a train forward's data is eval's
         self._undo = (self._prev, self._pending)  # an h2d that moves nothing was none
         if kind in ("data", "h2d") and self._pending is None:

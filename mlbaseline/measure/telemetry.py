@@ -110,10 +110,10 @@ class TelemetrySampler:
         self.columns = self._columns()
         self._durations_ns: list[int] = []
         self._procs: dict[int, Any] = {}  # psutil.Process by watched pid
-        self._cpu_read: list[float] | None = None  # the last per-core read, and when
-        self._cpu_at = 0
-        self._tree: list[int] | None = None  # the last watched process tree, and when
-        self._tree_at = 0
+        self._cpu_read: list[float] | None = None  # the last per-core read
+        self._tree: list[int] | None = None  # the last watched process tree
+        self._dear_at: int | None = None  # when they were last read (DEAR_EVERY_S)
+        self._dear = True  # this sample reads them
         self._cpu_ns: list[int] = []
         self._t0 = self.clock.now_ns()
         self._stop = threading.Event()
@@ -156,6 +156,9 @@ class TelemetrySampler:
         errors = self._init_errors
         self._init_errors = []
         row["t_s"] = round((start - self._t0) / 1e9, 6)
+        self._dear = self._dear_at is None or start - self._dear_at >= DEAR_EVERY_S * 1e9
+        if self._dear:
+            self._dear_at = start
         for part in (self._cpu, self._processes, self._gpus):
             try:
                 errors = errors + part(row)
@@ -175,9 +178,8 @@ class TelemetrySampler:
         DEAR_EVERY_S and carried into the rows between (each the average over the window
         it lies in): /proc/stat costs ~30 µs with the other cores idle, ~290 µs while the
         measured loop keeps them busy, the sampler's largest cost beside that loop."""
-        now = self.clock.now_ns()
-        if self._cpu_read is None or now - self._cpu_at >= DEAR_EVERY_S * 1e9:
-            self._cpu_read, self._cpu_at = self._psutil.cpu_percent(percpu=True), now
+        if self._dear or self._cpu_read is None:
+            self._cpu_read = self._psutil.cpu_percent(percpu=True)
         per_core = self._cpu_read
         for i, pct in enumerate(per_core[: self.ncpu]):
             row[f"cpu{i}_pct"] = pct
@@ -227,9 +229,8 @@ class TelemetrySampler:
 
     def _processes(self, row: dict[str, Any]) -> list[str]:
         errors: list[str] = []
-        now = self.clock.now_ns()  # the tree: a listing and a file per thread, each process
-        if self._tree is None or now - self._tree_at >= DEAR_EVERY_S * 1e9:
-            self._tree, self._tree_at = self._watched(), now
+        if self._dear or self._tree is None:  # a listing and a file per thread, each process
+            self._tree = self._watched()
         pids = self._tree
         rss, seen, read, read_ok = 0, 0, 0, 0
         # one psutil.Process per watched pid, kept while it is watched (making one reads
