@@ -22,9 +22,10 @@
 (d) Pinning: A/A trials unpinned and with `--cpus` (both arms on one CPU), interleaved,
     MLB_BENCH_ATTACH_PINNED_TRIALS of each (default 4; 0: none): the step's MDE and wall.
 
-Trials: MLB_BENCH_ATTACH_TRIALS (default 20; the issue's figures are over 20). Pairs of 1 s turns
-per `ab` trial: MLB_BENCH_ATTACH_PAIRS (default 20, `mlb ab --attach`'s default: 10 units of an A
-and a B process taking 2 pairs each, the units being what the test counts).
+Trials: MLB_BENCH_ATTACH_TRIALS (default 20; the issue's figures are over 20). Each `ab` trial
+runs `mlb ab --attach`'s defaults (96 pairs of 0.25 s turns: 12 units of an A and a B process
+taking 8 pairs each, the units being what the test counts); MLB_BENCH_ATTACH_PAIRS and
+MLB_BENCH_ATTACH_TURN_S set others.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ ROUNDS = int(os.environ.get("MLB_BENCH_ATTACH_ROUNDS", "5"))
 PINNED_TRIALS = int(os.environ.get("MLB_BENCH_ATTACH_PINNED_TRIALS", "4"))
 TRACEML_PATH = os.environ.get("MLB_BENCH_TRACEML_PATH", "")
 SLOWDOWN = 0.03  # the issue's target: ~3% of the step, real compute in one stage
-PAIRS, TURN_S = os.environ.get("MLB_BENCH_ATTACH_PAIRS", "20"), "1"
+PAIRS, TURN_S = os.environ.get("MLB_BENCH_ATTACH_PAIRS"), os.environ.get("MLB_BENCH_ATTACH_TURN_S")
 SECTION = "attach"
 
 SCRIPT = """\
@@ -199,7 +200,9 @@ def ab_trial(repo: Path, out: Path, cpus: str | None = None) -> dict[str, Any]:
     """One paired run: the loss stage's verdict, the overall verdict, the step's MDE, wall
     (`cpus`: the arms pinned there, `--cpus`)."""
     start = time.perf_counter()
-    args = ["ab", "--ref-a", "HEAD~1", "--ref-b", "HEAD", "--pairs", PAIRS, "--turn-s", TURN_S]
+    args = ["ab", "--ref-a", "HEAD~1", "--ref-b", "HEAD"]
+    args += ["--pairs", PAIRS] if PAIRS else []
+    args += ["--turn-s", TURN_S] if TURN_S else []
     args += ["--cpus", cpus] if cpus is not None else []
     args += ["-o", str(out), "--force", "--no-history", "--quiet", "--", sys.executable]
     done = _mlb([*args, "train.py"], repo)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import signal
 import subprocess
@@ -21,9 +22,18 @@ from mlbaseline.cli import app
 from mlbaseline.config import resolve
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.loop import StopRule
+from mlbaseline.measure.timers import StepTimes
 from mlbaseline.results import load_result, write_result
 from mlbaseline.runners import attach_turns
-from mlbaseline.runners.attach_ab import LONG, SHORT, ScriptArm, run_ab_attach, turn_times
+from mlbaseline.runners.attach_ab import (
+    LONG,
+    SHORT,
+    ScriptArm,
+    paired_figure,
+    run_ab_attach,
+    turn_times,
+    unit_times,
+)
 from mlbaseline.runners.attach_turns import TurnSink
 
 runner = CliRunner()
@@ -226,7 +236,9 @@ def test_units_of_processes_alternate_and_the_slow_stage_is_named(tmp_path: Path
     log: list[str] = []
     a, b = arms(tmp_path)
     cfg = resolve(None, "demo")
-    result = run_ab_attach(cfg, a, b, fake_spawner(log, 1.5, "custom"), pairs=18, seed=3)
+    result = run_ab_attach(
+        cfg, a, b, fake_spawner(log, 1.5, "custom"), pairs=18, seed=3, per_process=2
+    )
     # one A and one B process per unit of 2 pairs: 9 units, started together, then ended
     assert spawned(log, "a") == 9 and spawned(log, "b") == 9
     assert log[:2] == ["a0:spawn", "b0:spawn"]
@@ -253,11 +265,49 @@ def test_units_of_processes_alternate_and_the_slow_stage_is_named(tmp_path: Path
     assert load_result(tmp_path / "ab.json").data["mode"] == LONG
 
 
+def test_the_default_is_12_units_of_8_pairs_of_short_turns(tmp_path: Path) -> None:
+    """By default an A and a B process take 8 pairs of 0.25 s turns (a unit), 12 units:
+    enough for Holm, and the slow stage is named."""
+    log: list[str] = []
+    a, b = arms(tmp_path)
+    result = run_ab_attach(resolve(None, "demo"), a, b, fake_spawner(log, 1.5, "custom"), seed=3)
+    assert result.data["pairs_done"] == 96 and result.data["pairs_per_process"] == 8
+    assert result.data["turn_s"] == 0.25
+    assert spawned(log, "a") == 12 and len(result.data["units"]) == 12
+    assert not any(w["code"] == "too_few_pairs" for w in result.warnings)
+    stages = {s["stage"]: s["verdict"] for s in result.data["stages"]}
+    assert stages["custom"] == "regressed" and stages["forward"] != "regressed"
+
+
+def test_a_units_ratio_is_the_median_of_its_pairs_ratios() -> None:
+    """A unit's figures: B/A is the median of its pairs' ratios (a burst that hit one turn of
+    a pair moves that pair only), split around the unit's geometric level; with two pairs each
+    arm's geometric mean; none for a figure a turn has at 0 (each arm's median turn then)."""
+    a = [10.0, 12.0, 10.0, 14.0, 10.0]
+    b = [10.3, 12.36, 16.0, 14.42, 6.0]  # 3% slower, but pair 2 and 4 hit by bursts
+    got = paired_figure(a, b)
+    assert got is not None
+    assert got[1] / got[0] == pytest.approx(1.03)
+    assert math.sqrt(got[0] * got[1]) == pytest.approx(math.prod(a + b) ** (1 / 10))
+    two = paired_figure([4.0, 9.0], [1.0, 16.0])
+    assert two == (pytest.approx(6.0), pytest.approx(4.0))  # geometric means: 6 and 4
+    assert paired_figure([1.0, 0.0], [1.0, 1.0]) is None
+    assert paired_figure([], []) is None
+    ta = [StepTimes(total_s=t, stages={"fwd": t / 2, "residual": 0.0}) for t in a]
+    tb = [StepTimes(total_s=t, stages={"fwd": t / 2, "residual": 0.0}) for t in b]
+    ua, ub = unit_times(ta, tb)
+    assert ub.total_s / ua.total_s == pytest.approx(1.03)
+    assert ub.stages["fwd"] / ua.stages["fwd"] == pytest.approx(1.03)
+    assert ua.stages["residual"] == ub.stages["residual"] == 0.0  # the arms' medians
+
+
 def test_too_few_units_advise_pairs_that_can_decide(tmp_path: Path) -> None:
     """8 pairs in units of 2 are 4 units: no stage can pass Holm, and the advice counts
     pairs (18: 9 units), not units."""
     a, b = arms(tmp_path)
-    result = run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([], 1.5), pairs=8, seed=3)
+    result = run_ab_attach(
+        resolve(None, "demo"), a, b, fake_spawner([], 1.5), pairs=8, seed=3, per_process=2
+    )
     warning = next(w for w in result.warnings if w["code"] == "too_few_pairs")
     assert "4 units of 2 pairs" in warning["message"]
     assert "--pairs 18 or more" in warning["message"]
@@ -297,7 +347,7 @@ def test_one_slow_process_is_not_a_regression_of_its_arm(tmp_path: Path) -> None
     log: list[str] = []
     a, b = arms(tmp_path)
     spawn = fake_spawner(log, stage="custom", per_process={"b4": 1.4})
-    result = run_ab_attach(resolve(None, "demo"), a, b, spawn, pairs=18, seed=3)
+    result = run_ab_attach(resolve(None, "demo"), a, b, spawn, pairs=18, seed=3, per_process=2)
     stages = {s["stage"]: s["verdict"] for s in result.data["stages"]}
     assert stages["custom"] != "regressed"
     assert result.data["verdict"] != "regressed"
@@ -440,7 +490,7 @@ def _no_worktrees_left(repo: Path, pid: int) -> None:
 
 def test_ref_a_ref_b_names_the_stage_and_removes_the_worktrees(repo: Path) -> None:
     out = repo.parent / "ab.json"
-    proc = _mlb(repo, out, "--pairs", "18")  # 9 units of 2: the fewest that can pass Holm
+    proc = _mlb(repo, out, "--pairs", "18", "--pairs-per-process", "2")  # 9 units: the fewest
     _, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 1, stderr  # a stage regressed
     result = load_result(out)
@@ -561,7 +611,9 @@ def test_the_report_of_an_ab_result_gives_what_was_compared_and_the_verdicts(
     section has each stage's ratio, CI, p, MDE and verdict; no baseline figures are asked
     for that an A/B result cannot have."""
     a, b = arms(tmp_path)
-    result = run_ab_attach(resolve(None, "demo"), a, b, fake_spawner([], 1.5, "loss"), pairs=18)
+    result = run_ab_attach(
+        resolve(None, "demo"), a, b, fake_spawner([], 1.5, "loss"), pairs=18, per_process=2
+    )
     write_result(result, tmp_path / "ab.json")
     res = runner.invoke(app, ["report", str(tmp_path / "ab.json"), "-o", str(tmp_path / "r")])
     assert res.exit_code == 0, res.stderr

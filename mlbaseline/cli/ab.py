@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # the runners import torch: they are imported when the command runs, not when `mlb` starts
 from mlbaseline.measure.interleave import (
     DEFAULT_ATTACH_PAIRS,
+    DEFAULT_ATTACH_TURN_S,
     DEFAULT_PAIRS,
     DEFAULT_PROCESS_PAIRS,
     DEFAULT_TURN_S,
@@ -149,7 +150,7 @@ class AbOptions:
         OptInt,
         opt(
             "--pairs",
-            "Pairs (A and B) to run (default 55; 12 with --processes, 20 with --attach).",
+            "Pairs (A and B) to run (default 55; 12 with --processes, 96 with --attach).",
             min=1,
         ),
     ] = None
@@ -168,7 +169,12 @@ class AbOptions:
         ),
     ] = False
     turn_s: Annotated[
-        OptFloat, opt("--turn-s", f"--processes: seconds each turn measures ({DEFAULT_TURN_S:g}).")
+        OptFloat,
+        opt(
+            "--turn-s",
+            f"Seconds each turn measures ({DEFAULT_TURN_S:g} with --processes, "
+            f"{DEFAULT_ATTACH_TURN_S:g} with --attach).",
+        ),
     ] = None
     python_a: Annotated[OptPath, opt("--python-a", "Arm A's interpreter (another venv).")] = None
     python_b: Annotated[OptPath, opt("--python-b", "Arm B's interpreter (another venv).")] = None
@@ -351,7 +357,7 @@ def _measure_attached(cfg: Config, o: AbOptions, ui: Ui) -> Result:
         pairs=o.pairs or DEFAULT_ATTACH_PAIRS,
         budget_s=o.budget,
         progress=ui.progress,
-        turn_s=o.turn_s or DEFAULT_TURN_S,
+        turn_s=o.turn_s or DEFAULT_ATTACH_TURN_S,
         threshold=o.threshold,
         short=o.short_processes,
         per_process=o.pairs_per_process or PAIRS_PER_PROCESS,

@@ -14,9 +14,16 @@ import random
 DEFAULT_PAIRS = 55  # in one process: the issue's A/A run, ±2.5 % CI of the per-pair ratio
 DEFAULT_PROCESS_PAIRS = 12  # fresh processes: above the 9 that can pass Holm over 7 stages
 DEFAULT_TURN_S = 2.0  # measured seconds per fresh-process turn: a pair is a short time span
-# --attach: an A and a B process take this many pairs of turns (a unit, what the test counts)
-PAIRS_PER_PROCESS = 2
-DEFAULT_ATTACH_PAIRS = 20  # 10 units of 2: above the 9 units that can pass Holm over 7 stages
+# --attach: an A and a B process take this many pairs of turns (a unit, what the test counts),
+# each turn this many seconds. Short turns, many a unit: on a shared machine the step's time
+# wanders over seconds, so the closer a pair's two turns, the more of it their ratio cancels
+# (this project's machine, one process: adjacent 0.25 s blocks of steps 8.6% apart, 1 s blocks
+# 6.0%, so 8 pairs of 0.25 s turns see ~3.0% where 2 pairs of 1 s see ~4.2%, in the same 4 s);
+# a unit's ratio is the median of its pairs' (runners.attach_ab.paired_figure). Measured A/A,
+# interleaved, the same ~90 s: step MDE 2.8-3.7% against 4.0-4.9% for 2 pairs of 1 s turns.
+PAIRS_PER_PROCESS = 8
+DEFAULT_ATTACH_TURN_S = 0.25
+DEFAULT_ATTACH_PAIRS = 96  # 12 units of 8: above the 9 units that can pass Holm over 7 stages
 
 ARMS = ("a", "b")
 BLOCKS = (("AB", "BA"), ("BA", "AB"))

@@ -15,8 +15,9 @@ arm would put that difference into every pair, and a paired test over the pairs 
 regression with great confidence (the A/A runs did, 2 in 8). So the processes come in *units*:
 an A process and a B process, started together (their import and warm-up overlap), take
 `pairs_per_process` consecutive pairs of turns, then both are ended and the next unit's pair
-starts. Each unit is summarised by the median over its turns of each turn's median step and
-stage times, and the per-unit ratios B/A go to `runners.ab.ab_result` (`stats.compare_paired`:
+starts. Each unit is summarised per arm and figure (step, each stage) by `paired_figure`: the
+median over its pairs of each pair's ratio B/A of the turns' median times, split around the
+unit's level; the per-unit ratios B/A go to `runners.ab.ab_result` (`stats.compare_paired`:
 Wilcoxon signed-rank, Holm, bootstrap CI), the same statistics, verdicts and result shape as
 every `mlb ab`: the process effect is in the spread the test sees, not hidden from it. Import
 and warm-up are paid once per unit, not once per turn; `pairs_per_process=1` is a fresh process
@@ -34,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import select
 import signal
@@ -41,7 +43,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,7 +58,7 @@ from mlbaseline.measure.gpu import GpuProbe
 from mlbaseline.measure.interleave import (
     ARMS,
     DEFAULT_ATTACH_PAIRS,
-    DEFAULT_TURN_S,
+    DEFAULT_ATTACH_TURN_S,
     PAIRS_PER_PROCESS,
     abba_order,
 )
@@ -89,8 +91,8 @@ NOT_STAGES = ("residual", "eval")  # kept apart or derived: never a judged stage
 METHOD = (
     "units of one A and one B process (--pairs-per-process pairs of turns each, or a fresh "
     "process per turn, see mode), turns of --turn-s seconds after the warm-up; per-unit "
-    "log-ratio B/A of the median over its turns of each turn's median step and stage times; "
-    "median, bootstrap CI; Wilcoxon signed-rank; Holm"
+    "log-ratio B/A: the median over its pairs of each pair's log-ratio of the turns' median "
+    "step and stage times; median, bootstrap CI; Wilcoxon signed-rank; Holm"
 )
 
 
@@ -431,7 +433,7 @@ def extra_stages(log_times: Mapping[str, Sequence[StepTimes]]) -> list[str]:
 
 
 def pooled_times(times: Sequence[StepTimes]) -> StepTimes:
-    """One unit's figures from its turns': the median of the turns' step, of each stage
+    """One arm's figures from its turns': the median of the turns' step, of each stage
     (a turn without it counts 0) and of each memory figure (where every turn has one)."""
     names = sorted({n for t in times for n in t.stages})
     stages = {n: statistics.median(t.stages.get(n, 0.0) for t in times) for n in names}
@@ -439,6 +441,41 @@ def pooled_times(times: Sequence[StepTimes]) -> StepTimes:
     memory = median_memory(mems) if mems and len(mems) == len(times) else None
     step = statistics.median(t.total_s for t in times)
     return StepTimes(total_s=step, stages=stages, memory=memory)
+
+
+def paired_figure(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] | None:
+    """One figure of a unit, both arms, from its pairs' turns (`a[i]`, `b[i]`: pair i): the
+    median over the pairs of each pair's log-ratio B/A, split symmetrically around the
+    geometric mean of all the unit's turns, so that B/A of the two is that median. The two
+    turns of a pair ran back to back, so their ratio cancels what the machine did over
+    seconds; the median of those ratios sets aside a pair that a burst of the machine's other
+    work hit in one turn only (measured on this machine: 0.25 s turns, 8 pairs a unit, the
+    units' spread 3.1-3.6% against 3.1-9.1% for the ratio of the arms' median turns). With one
+    or two pairs each arm's figure is the geometric mean of its turns. None where a turn's
+    figure is not positive (a stage a turn never ran): no ratio to take."""
+    if not a or len(a) != len(b) or min(*a, *b) <= 0:
+        return None
+    logs_a, logs_b = [math.log(v) for v in a], [math.log(v) for v in b]
+    level = statistics.fmean([*logs_a, *logs_b])
+    ratio = statistics.median(lb - la for la, lb in zip(logs_a, logs_b, strict=True))
+    return math.exp(level - ratio / 2), math.exp(level + ratio / 2)
+
+
+def unit_times(a: Sequence[StepTimes], b: Sequence[StepTimes]) -> tuple[StepTimes, StepTimes]:
+    """One unit's figures for arms A and B from its pairs' turns (`a[i]` with `b[i]`): each
+    figure by `paired_figure`, or each arm's median turn (`pooled_times`) where it gives none
+    (a residual can be 0 or less); memory by each arm's median (its own rule judges it)."""
+    pa, pb = pooled_times(a), pooled_times(b)
+    sa, sb = dict(pa.stages), dict(pb.stages)
+    for name in sa.keys() | sb.keys():
+        got = paired_figure(
+            [t.stages.get(name, 0.0) for t in a], [t.stages.get(name, 0.0) for t in b]
+        )
+        if got is not None:
+            sa[name], sb[name] = got
+    totals = paired_figure([t.total_s for t in a], [t.total_s for t in b])
+    ta, tb = totals or (pa.total_s, pb.total_s)
+    return replace(pa, total_s=ta, stages=sa), replace(pb, total_s=tb, stages=sb)
 
 
 def unit_log(
@@ -456,8 +493,9 @@ def unit_log(
             units.setdefault(got["a"][0], []).append(pair)
     out = PairLog(stop_reason=log.stop_reason, dropped=list(log.dropped))
     for pairs in units.values():
-        for arm in ARMS:
-            out.times[arm].append(pooled_times([by_pair[p][arm][1] for p in pairs]))
+        a, b = unit_times(*([by_pair[p][arm][1] for p in pairs] for arm in ARMS))
+        out.times["a"].append(a)
+        out.times["b"].append(b)
         out.done.append(f"{len(pairs)} pairs")
     return out, list(units.values())
 
@@ -471,7 +509,7 @@ def run_ab_attach(
     budget_s: float | None = None,
     progress: Progress | None = None,
     *,
-    turn_s: float = DEFAULT_TURN_S,
+    turn_s: float = DEFAULT_ATTACH_TURN_S,
     threshold: float = stats.PAIRED_THRESHOLD,
     seed: int | None = None,
     short: bool = False,
@@ -651,10 +689,12 @@ __all__ = [
     "ScriptArm",
     "Spawner",
     "extra_stages",
+    "paired_figure",
     "pooled_times",
     "run_ab_attach",
     "run_script_ab",
     "script_arms",
     "turn_times",
     "unit_log",
+    "unit_times",
 ]
