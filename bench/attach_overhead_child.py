@@ -27,12 +27,21 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 
-def loop(batch: int, width: int) -> Callable[[int, bool], float]:
-    """The bench script's loop (its data, model, optimizer); `block(n, mean)` times n steps loop
-    top to loop top (data wait included) and gives their median, or their mean."""
+class Block(NamedTuple):
+    """n steps of the loop: the median and mean step (loop top to loop top, data wait
+    included), and the main thread's CPU time per step (the hooks run on it: their CPU cost
+    without the time the machine's other work took the core away)."""
+
+    median: float
+    mean: float
+    cpu: float
+
+
+def loop(batch: int, width: int) -> Callable[[int], Block]:
+    """The bench script's loop (its data, model, optimizer); `block(n)` runs n steps."""
     import torch
     from bench_attach import bench_model
     from torch.utils.data import DataLoader, TensorDataset
@@ -44,10 +53,10 @@ def loop(batch: int, width: int) -> Callable[[int, bool], float]:
     model, opt = bench_model(width)  # bench/ is this script's folder, on sys.path
     batches: Any = iter(loader)
 
-    def block(n: int, mean: bool = False) -> float:
+    def block(n: int) -> Block:
         nonlocal batches
-        times, last = [], None
-        for _ in range(n):
+        times, last, cpu = [], None, [0.0, 0.0]
+        for i in range(n):
             try:
                 x, y = next(batches)
             except StopIteration:
@@ -56,18 +65,21 @@ def loop(batch: int, width: int) -> Callable[[int, bool], float]:
             now = time.perf_counter()
             if last is not None:
                 times.append(now - last)
+            if last is None or i == n - 1:  # CPU time over the same steps as the times
+                cpu[last is not None] = time.thread_time()
             last = now
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
-        return statistics.mean(times) if mean else statistics.median(times)
+        per_step = (cpu[1] - cpu[0]) / len(times)
+        return Block(statistics.median(times), statistics.mean(times), per_step)
 
     return block
 
 
-def rounds_of(rounds: int, run: Callable[[bool], float]) -> tuple[list[float], list[float]]:
-    """(plain, with) block figures, the two blocks' order flipped round by round: whichever
-    runs second meets a warmer (or a more crowded) machine, and that must not count."""
+def rounds_of(rounds: int, run: Callable[[bool], Block]) -> tuple[list[Block], list[Block]]:
+    """(plain, with) blocks, the two blocks' order flipped round by round: whichever runs
+    second meets a warmer (or a more crowded) machine, and that must not count."""
     plain, other = [], []
     for i in range(rounds):
         for on in (True, False) if i % 2 == 0 else (False, True):
@@ -75,7 +87,14 @@ def rounds_of(rounds: int, run: Callable[[bool], float]) -> tuple[list[float], l
     return plain, other
 
 
-def hooks_cost(block: Callable[[int, bool], float], rounds: int, steps: int) -> dict[str, Any]:
+def paired(plain: list[Block], other: list[Block], figure: str) -> dict[str, Any]:
+    """A figure's difference (with − plain) round by round: its median and quartiles."""
+    diff = [getattr(o, figure) - getattr(p, figure) for o, p in zip(other, plain, strict=True)]
+    quartiles = statistics.quantiles(diff, n=4) if len(diff) > 1 else diff
+    return {"added_s": statistics.median(diff), "added_q": quartiles}
+
+
+def hooks_cost(block: Callable[[int], Block], rounds: int, steps: int) -> dict[str, Any]:
     from mlbaseline.config import Config, build, parse_set
     from mlbaseline.measure import hooks
     from mlbaseline.runners.attach_child import MeasureSink
@@ -85,29 +104,31 @@ def hooks_cost(block: Callable[[int, bool], float], rounds: int, steps: int) -> 
     never += ["throughput.telemetry=false", *sys.argv[6:]]
     sink = MeasureSink(build(Config, parse_set(never)), lambda event: None, None, {})
 
-    def run(on: bool) -> float:
+    def run(on: bool) -> Block:
         if not on:
-            return block(steps, False)
+            return block(steps)
         installed = hooks.install(sink)
         sink.hooks = installed
         try:
-            return block(steps, False)
+            return block(steps)
         finally:
             installed.uninstall()
 
-    block(steps, False)  # warm-up, unhooked
+    block(steps)  # warm-up, unhooked
     plain, hooked = rounds_of(rounds, run)
-    added = [h - p for h, p in zip(hooked, plain, strict=True)]
+    # the mean step: the cost of every step, the one whose end cuts the logged steps (1 in 16)
+    # included, which a median of the steps would leave out
     return {
-        "step_s": statistics.median(plain),
-        "added_s": statistics.median(added),
-        "added_q": statistics.quantiles(added, n=4) if len(added) > 1 else added,
+        "step_s": statistics.median(b.mean for b in plain),
+        **paired(plain, hooked, "mean"),
+        "cpu": paired(plain, hooked, "cpu"),
+        "median_step": paired(plain, hooked, "median"),
         "steps_seen": len(sink.steps),
         "memory_steps": sum(s.memory is not None for s in sink.steps),
     }
 
 
-def telemetry_cost(block: Callable[[int, bool], float], rounds: int, steps: int) -> dict[str, Any]:
+def telemetry_cost(block: Callable[[int], Block], rounds: int, steps: int) -> dict[str, Any]:
     from mlbaseline.config import Config, build, parse_set
     from mlbaseline.measure.gpu import default_probe
     from mlbaseline.runners.throughput import make_sampler
@@ -117,24 +138,24 @@ def telemetry_cost(block: Callable[[int, bool], float], rounds: int, steps: int)
     cpu_ns: list[int] = []
     interval: list[float] = []
 
-    def run(on: bool) -> float:
+    def run(on: bool) -> Block:
         if not on:
-            return block(steps, True)
+            return block(steps)
         sampler = make_sampler(probe, cfg)
         sampler.start()
         try:
-            return block(steps, True)
+            return block(steps)
         finally:
             sampler.stop()
             # its samples' CPU time but the first's (the start primes psutil's counters)
             cpu_ns.extend(sampler._cpu_ns[1:])
             interval.append(sampler.interval_s)
 
-    block(steps, True)  # warm-up
+    block(steps)  # warm-up
     plain, sampled = rounds_of(rounds, run)
-    share = [s / p - 1 for s, p in zip(sampled, plain, strict=True)]
+    share = [s.mean / p.mean - 1 for s, p in zip(sampled, plain, strict=True)]
     return {
-        "step_s": statistics.median(plain),
+        "step_s": statistics.median(b.mean for b in plain),
         "share": statistics.median(share),
         "share_q": statistics.quantiles(share, n=4) if len(share) > 1 else share,
         # its own CPU time a sample x its rate: the share of one core it takes

@@ -14,7 +14,6 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,20 +311,25 @@ def parse_cpus(text: str, flag: str = "--cpus") -> frozenset[int]:
     return frozenset(cpus)
 
 
-@contextlib.contextmanager
-def pinned(cpus: frozenset[int] | None) -> Iterator[None]:
-    """Processes started inside the block run on `cpus` (None: where this one may): the
-    calling thread's affinity, which a child inherits at fork, set for the block and put back
-    (set in the child instead, it would race the threads its start-up makes)."""
-    if cpus is None:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
+def pin_tree(pid: int, cpus: frozenset[int]) -> int:
+    """Move a running process, every thread of it and every process under it (a DataLoader's
+    workers) onto `cpus`; threads and processes started later inherit it from their parent
+    thread. Those that end meanwhile are skipped. Returns how many threads were moved."""
+    import psutil
+
     try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return 0
+    moved = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error, OSError):
+            for thread in proc.threads():
+                with contextlib.suppress(OSError):  # ended since it was listed
+                    os.sched_setaffinity(thread.id, cpus)
+                    moved += 1
+    return moved
 
 
 def _torchvision_version() -> str | None:

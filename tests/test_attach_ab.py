@@ -197,6 +197,9 @@ class FakeChild:
             steps.append(attach_turns.step_entry(rec))
         self.pending.append({"event": "turn", "steps": steps})
 
+    def pin(self) -> None:
+        self.log.append(f"{self.arm}:pin")
+
     def event(self, timeout_s: float) -> dict[str, Any] | None:
         return self.pending.pop(0) if self.pending else None
 
@@ -242,6 +245,7 @@ def test_units_of_processes_alternate_and_the_slow_stage_is_named(tmp_path: Path
     # one A and one B process per unit of 2 pairs: 9 units, started together, then ended
     assert spawned(log, "a") == 9 and spawned(log, "b") == 9
     assert log[:2] == ["a0:spawn", "b0:spawn"]
+    assert log.index("a0:pin") < log.index("a0:go")  # past its warm-up, before its turn
     # the last unit's told to stop as the next one's start, and ended before it measures
     assert log.index("a0:stop") < log.index("a1:spawn") < log.index("a0:end")
     assert log.index("b0:end") < log.index("a1:go")
@@ -633,22 +637,61 @@ def test_the_report_of_an_ab_result_gives_what_was_compared_and_the_verdicts(
     assert "## A/B verdicts" not in (tmp_path / "p" / "baseline_report.md").read_text()
 
 
-def test_cpus_pin_both_arms_processes_and_are_recorded(tmp_path: Path) -> None:
-    """--cpus: each arm's process starts on the given CPUs (what it starts inherits them),
-    this process's own CPUs are put back, and the result says where the arms ran."""
+ARM_WITH_THREAD_AND_CHILD = """\
+import os, subprocess, sys, threading
+import torch
+done = threading.Event()
+thread = threading.Thread(target=done.wait)
+thread.start()
+show = "import os, sys; sys.stdin.readline(); print('SUB', sorted(os.sched_getaffinity(0)))"
+sub = subprocess.Popen([sys.executable, "-c", show], stdin=subprocess.PIPE, text=True)
+print("START", sorted(os.sched_getaffinity(0)), flush=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, seen = torch.randn(8, 4), None
+try:
+    while True:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        cpus = sorted({c for t in tids for c in os.sched_getaffinity(t)})
+        if cpus != seen:
+            print("THREADS", cpus, flush=True)
+            seen = cpus
+finally:
+    sub.communicate("go\\n")
+    done.set()
+    thread.join()
+"""
+
+
+def test_cpus_move_each_arm_process_its_threads_and_children_after_its_warm_up(
+    tmp_path: Path,
+) -> None:
+    """--cpus: an arm's process starts where this one may (its import and warm-up beside the
+    other arm's), and once past its warm-up it is moved, every thread and every process it
+    started, onto the given CPUs; this process's own CPUs are untouched, and the result says
+    where the arms ran."""
     from mlbaseline.envinfo import parse_cpus
     from mlbaseline.runners.attach_ab import spawn_in
 
     mine = os.sched_getaffinity(0)
     last = max(mine)
     cpus = parse_cpus(str(last))
-    show = "import os; print('CPUS', sorted(os.sched_getaffinity(0)), flush=True)"
-    arm = ScriptArm((sys.executable, "-c", show), tmp_path, {})
+    arm = ScriptArm((sys.executable, "-c", ARM_WITH_THREAD_AND_CHILD), tmp_path, {})
     child = spawn_in(tmp_path, cpus)(arm, "a")
-    child.proc.wait(timeout=60)
-    os.close(child.control)
-    os.close(child.status)
-    assert f"CPUS [{last}]" in child.log.read_text(), child.log.read_text()
+    while (event := child.event(120)) is not None and event["event"] != "measuring":
+        pass
+    child.pin()
+    child.send({"cmd": "go", "seconds": 0.05})
+    while (event := child.event(120)) is not None and event["event"] != "turn":
+        pass
+    assert child.end() == "exit code 0", child.log.read_text()
+    out = child.log.read_text()
+    assert f"START {sorted(mine)}" in out, out  # started where this process may run
+    assert out.count("THREADS") <= 2 and f"THREADS [{last}]" in out, out  # then every thread
+    assert f"SUB [{last}]" in out, out  # and the process it had started
     assert os.sched_getaffinity(0) == mine
     assert parse_cpus(f"{min(mine)}-{last}") == frozenset(range(min(mine), last + 1))
     a, b = arms(tmp_path)

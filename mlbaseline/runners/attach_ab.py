@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 from mlbaseline import scratch, stats
 from mlbaseline.config import Config
-from mlbaseline.envinfo import affinity_list, fingerprint, pinned
+from mlbaseline.envinfo import affinity_list, fingerprint, pin_tree
 from mlbaseline.errors import UsageError
 from mlbaseline.measure.clock import Clock, PerfClock
 from mlbaseline.measure.contamination import record as record_contamination
@@ -132,6 +132,11 @@ class ArmChild(Protocol):
         it; returns how it ended (exit code and its last stderr line)."""
         ...
 
+    def pin(self) -> None:
+        """Past its warm-up: move it (all its threads and processes) onto the CPUs it is to
+        measure on (`--cpus`); nothing where none were asked for."""
+        ...
+
 
 Spawner = Callable[[ScriptArm, str], ArmChild]  # (arm, "a"/"b") → a started process
 
@@ -140,9 +145,21 @@ class PipeChild:
     """A real arm process: commands go down `control` (the write end of its control pipe),
     events come up `status` (the read end of its status pipe), its output goes to `log`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], control: int, status: int, log: Path):
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        control: int,
+        status: int,
+        log: Path,
+        cpus: frozenset[int] | None = None,
+    ):
         self.proc, self.control, self.status, self.log = proc, control, status, log
+        self.cpus = cpus
         self.buffer = b""
+
+    def pin(self) -> None:
+        if self.cpus is not None:
+            pin_tree(self.proc.pid, self.cpus)
 
     def send(self, command: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):  # it is gone: the next event() says so
@@ -192,7 +209,9 @@ def spawn_in(logs: Path, cpus: frozenset[int] | None = None) -> Spawner:
     a status pipe, in its own session (a terminal's Ctrl-C reaches this process, which stops
     the arms itself), its output to a log in `logs` (two scripts' output interleaved on one
     terminal would be noise; the last line of a failed one is in its error). `cpus`: every
-    arm's process (and what it starts) runs on these CPUs (`--cpus`)."""
+    arm's process (and what it starts) is moved onto these CPUs once past its warm-up
+    (`--cpus`, `PipeChild.pin`): its import and warm-up run where this process may, so that a
+    unit's two processes start side by side, not one after the other on one CPU."""
     from mlbaseline.runners import attach
 
     boot = logs / "boot"
@@ -206,7 +225,7 @@ def spawn_in(logs: Path, cpus: frozenset[int] | None = None) -> Spawner:
         env = attach.child_env(boot, "turns", status_w, control_r, extra=arm.env)
         log_path = logs / f"{name}-{next(count)}.log"
         try:
-            with open_stream(log_path, mode="wb") as log, pinned(cpus):
+            with open_stream(log_path, mode="wb") as log:
                 proc = subprocess.Popen(
                     list(arm.command),
                     cwd=arm.cwd,
@@ -224,7 +243,7 @@ def spawn_in(logs: Path, cpus: frozenset[int] | None = None) -> Spawner:
         finally:
             os.close(control_r)  # the child's ends: only the child holds them now
             os.close(status_w)
-        return PipeChild(proc, control_w, status_r, log_path)
+        return PipeChild(proc, control_w, status_r, log_path, cpus)
 
     return spawn
 
@@ -370,6 +389,7 @@ class _Turns:
         event = self._next(slot, child, self.start_timeout_s, "warm-up")
         while event.get("event") != "measuring":
             event = self._next(slot, child, self.start_timeout_s, "warm-up")
+        child.pin()  # blocked at a step's end: its threads stay put while they are moved
 
     def _measure(self, slot: str, child: ArmChild) -> tuple[list[dict[str, Any]], bool]:
         child.send({"cmd": "go", "seconds": self.turn_s})
