@@ -17,10 +17,10 @@ DEFAULT_TURN_S = 2.0  # measured seconds per fresh-process turn: a pair is a sho
 # --attach: an A and a B process take this many pairs of turns (a unit, what the test counts),
 # each turn this many seconds. Short turns, many a unit: on a shared machine the step's time
 # wanders over seconds, so the closer a pair's two turns, the more of it their ratio cancels
-# (this project's machine, one process: adjacent 0.25 s blocks of steps 8.6% apart, 1 s blocks
-# 6.0%, so 8 pairs of 0.25 s turns see ~3.0% where 2 pairs of 1 s see ~4.2%, in the same 4 s);
-# a unit's ratio is the median of its pairs' (runners.attach_ab.paired_figure). Measured A/A,
-# interleaved, the same ~90 s: step MDE 2.8-3.7% against 4.0-4.9% for 2 pairs of 1 s turns.
+# (this project's machine, one process: adjacent 0.25 s blocks of steps 7.5% apart, 1 s blocks
+# 6.0%, so 8 pairs of 0.25 s turns see ~2.6% where 2 pairs of 1 s see ~4.2%, in the same 4 s);
+# a unit's ratio is the median of its pairs' (runners.attach_ab.paired_figure), which sets
+# aside a burst that hit one turn. bench/RESULTS.md, attach, "2026-12-07 (later)".
 PAIRS_PER_PROCESS = 8
 DEFAULT_ATTACH_TURN_S = 0.25
 DEFAULT_ATTACH_PAIRS = 96  # 12 units of 8: above the 9 units that can pass Holm over 7 stages
