@@ -25,16 +25,9 @@ from mlbaseline.measure.loop import StopRule
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.results import load_result, write_result
 from mlbaseline.runners import attach_turns
-from mlbaseline.runners.attach_ab import (
-    LONG,
-    SHORT,
-    ScriptArm,
-    paired_figure,
-    run_ab_attach,
-    turn_times,
-    unit_times,
-)
+from mlbaseline.runners.attach_ab import LONG, SHORT, ScriptArm, run_ab_attach
 from mlbaseline.runners.attach_turns import TurnSink
+from mlbaseline.runners.attach_units import paired_figure, turn_times, unit_times
 
 runner = CliRunner()
 GOLDEN_THROUGHPUT = Path(__file__).resolve().parent / "golden/report/throughput.json"

@@ -551,8 +551,8 @@ def test_the_hooks_know_the_scripts_loader_workers() -> None:
 def test_the_median_of_memory_records_is_taken_figure_by_figure() -> None:
     """One rule for a turn's steps and a unit's turns: a stage a record lacks counts 0, the
     peak is over the records that have one, the pool only where every record has it."""
-    from mlbaseline.runners.attach_ab import pooled_times
     from mlbaseline.runners.attach_turns import turn_memory
+    from mlbaseline.runners.attach_units import pooled_times
 
     mems = [
         StepMemory({"forward": 100, "backward": 10}, 1000, 4096, "malloc", "hwm"),
