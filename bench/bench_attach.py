@@ -4,7 +4,9 @@
     second commit adds real compute to the loss stage (a matmul sized, on this machine, to about
     3% of the step), TRIALS trials: how often the loss stage is caught and named (regressed), and
     on an A/A repo (the second commit changes a comment only) how often any stage is called
-    regressed or improved (a false alarm); the wall time of each trial and the step's MDE.
+    regressed or improved (a false alarm); the wall time of each trial and the step's MDE. The
+    two kinds interleaved; both arms on the last CPU (`--cpus`, what `mlb ab` advises on a
+    shared machine for a one-thread script; MLB_BENCH_ATTACH_CPUS=none: unpinned).
 (b) The same slowdown through separate runs: `mlb attach --repeats auto` in each commit's
     worktree, then `mlb compare`: caught (the loss metric regressed) per trial, and the wall time.
 (c) The cost of attaching, paired in one process (`attach_overhead_child.py`): the hooks and
@@ -51,6 +53,12 @@ PINNED_TRIALS = int(os.environ.get("MLB_BENCH_ATTACH_PINNED_TRIALS", "4"))
 TRACEML_PATH = os.environ.get("MLB_BENCH_TRACEML_PATH", "")
 SLOWDOWN = 0.03  # the issue's target: ~3% of the step, real compute in one stage
 PAIRS, TURN_S = os.environ.get("MLB_BENCH_ATTACH_PAIRS"), os.environ.get("MLB_BENCH_ATTACH_TURN_S")
+# the (a) trials' --cpus: what `mlb ab --attach` advises on a shared machine of 2+ CPUs for a
+# one-thread script (its `unpinned_noise` warning), the last CPU here ("none": unpinned; the
+# (d) rows put both beside each other)
+_LAST = str(max(os.sched_getaffinity(0))) if len(os.sched_getaffinity(0)) > 1 else "none"
+CPUS = None if (c := os.environ.get("MLB_BENCH_ATTACH_CPUS", _LAST)) == "none" else c
+PIN = f" --cpus {CPUS}" if CPUS else ""
 SECTION = "attach"
 
 SCRIPT = """\
@@ -196,7 +204,7 @@ def _mlb(args: list[str], cwd: Path, timeout_s: float = 900) -> subprocess.Compl
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
 
 
-def ab_trial(repo: Path, out: Path, cpus: str | None = None) -> dict[str, Any]:
+def ab_trial(repo: Path, out: Path, cpus: str | None) -> dict[str, Any]:
     """One paired run: the loss stage's verdict, the overall verdict, the step's MDE, wall
     (`cpus`: the arms pinned there, `--cpus`)."""
     start = time.perf_counter()
@@ -488,8 +496,11 @@ def attach() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="mlb-bench-attach-") as name:
         tmp = Path(name)
         slow, same = make_repo(tmp / "slow", size), make_repo(tmp / "aa", 0)
-        caught, alarms = [ab_trial(slow, tmp / f"s{i}.json") for i in range(TRIALS)], []
-        alarms = [ab_trial(same, tmp / f"a{i}.json") for i in range(TRIALS)]
+        caught, alarms = [], []
+        for i in range(TRIALS):  # interleaved: both kinds meet the same hours
+            for repo, into in ((slow, caught), (same, alarms))[:: 1 if i % 2 == 0 else -1]:
+                kind = "s" if repo is slow else "a"
+                into.append(ab_trial(repo, tmp / f"{kind}{i}.json", CPUS))
         named = sum(t["loss"] == "regressed" for t in caught)
         # a stage other than the slowed one (and the step) called in a slowed trial: a false
         # attribution, beside the false alarms of the A/A trials
@@ -503,35 +514,35 @@ def attach() -> list[Row]:
         rows += [
             Row(
                 SECTION,
-                f"ab --attach, ~3% in loss: caught and named ({TRIALS} trials)",
+                f"ab --attach{PIN}, ~3% in loss: caught and named ({TRIALS} trials)",
                 f"{named}/{TRIALS}",
                 ">= 19/20",
                 named >= 0.95 * TRIALS,
             ),
             Row(
                 SECTION,
-                f"ab --attach, ~3% in loss: no other stage called ({TRIALS} trials)",
+                f"ab --attach{PIN}, ~3% in loss: no other stage called ({TRIALS} trials)",
                 f"{only}/{TRIALS}",
                 "beside it",
                 None,
             ),
             Row(
                 SECTION,
-                f"ab --attach, A/A: false alarms ({TRIALS} trials)",
+                f"ab --attach{PIN}, A/A: false alarms ({TRIALS} trials)",
                 f"{false}/{TRIALS}",
                 "<= 1/20",
                 false <= 0.05 * TRIALS,
             ),
             Row(
                 SECTION,
-                "ab --attach: wall per trial (median, max)",
+                f"ab --attach{PIN}: wall per trial (median, max)",
                 f"{secs(statistics.median(walls))}, {secs(max(walls))}",
                 "<= 3 min",
                 max(walls) <= 180,
             ),
             Row(
                 SECTION,
-                "ab --attach: the step's MDE (median)",
+                f"ab --attach{PIN}: the step's MDE (median)",
                 pct(statistics.median(mdes)) if mdes else "n/a",
                 "<= 3%",
                 bool(mdes) and statistics.median(mdes) <= 0.03,
