@@ -429,6 +429,9 @@ class MemChild:
     def end(self) -> str:
         return "exit code 0"
 
+    def pin(self) -> None:
+        pass  # no --cpus here
+
 
 def test_ab_attach_judges_the_arms_memory_by_the_memory_rule(tmp_path: Path) -> None:
     from mlbaseline.runners.attach_ab import ScriptArm, run_ab_attach
