@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import port_for
+from mirakuru.exceptions import AlreadyRunning
 from pytest_postgresql.executors import PostgreSQLExecutor
 
 PG_CTL = Path(__file__).with_name("pg_ctl_unprivileged.py")
@@ -25,22 +26,29 @@ def running_server() -> Iterator[str]:
     """'postgresql://postgres@127.0.0.1:PORT' while the server runs; raises when it cannot
     start (no binaries, no `postgres` user, port trouble)."""
     base = Path(tempfile.mkdtemp(prefix="mlb-pg-"))
-    executor = PostgreSQLExecutor(
-        executable=str(PG_CTL),
-        host="127.0.0.1",
-        port=port_for.select_random(),
-        datadir=str(base / "data"),
-        unixsocketdir=str(base),
-        logfile=str(base / "postgresql.log"),
-        startparams="-w",
-        dbname="postgres",
-        timeout=60,
-    )
-    try:
-        executor.start()
-    except BaseException:
-        shutil.rmtree(base, ignore_errors=True)
-        raise
+    for attempt in range(3):
+        executor = PostgreSQLExecutor(
+            executable=str(PG_CTL),
+            host="127.0.0.1",
+            port=port_for.select_random(),
+            datadir=str(base / "data"),
+            unixsocketdir=str(base),
+            logfile=str(base / "postgresql.log"),
+            startparams="-w",
+            dbname="postgres",
+            timeout=60,
+        )
+        try:
+            executor.start()
+            break
+        except AlreadyRunning:
+            # the random port was taken meanwhile (a shared machine): another one
+            if attempt == 2:
+                shutil.rmtree(base, ignore_errors=True)
+                raise
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
     try:
         yield f"postgresql://{executor.user}@127.0.0.1:{executor.port}"
     finally:
