@@ -25,7 +25,7 @@
     MLB_BENCH_ATTACH_PINNED_TRIALS of each (default 4; 0: none): the step's MDE and wall.
 
 Trials: MLB_BENCH_ATTACH_TRIALS (default 20; the issue's figures are over 20). Each `ab` trial
-runs `mlb ab --attach`'s defaults (96 pairs of 0.25 s turns: 12 units of an A and a B process
+runs `mlb ab --attach`'s defaults (128 pairs of 0.25 s turns: 16 units of an A and a B process
 taking 8 pairs each, the units being what the test counts); MLB_BENCH_ATTACH_PAIRS and
 MLB_BENCH_ATTACH_TURN_S set others.
 """

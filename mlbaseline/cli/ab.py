@@ -150,7 +150,7 @@ class AbOptions:
         OptInt,
         opt(
             "--pairs",
-            "Pairs (A and B) to run (default 55; 12 with --processes, 96 with --attach).",
+            "Pairs (A and B) to run (default 55; 12 with --processes, 128 with --attach).",
             min=1,
         ),
     ] = None

@@ -23,7 +23,12 @@ DEFAULT_TURN_S = 2.0  # measured seconds per fresh-process turn: a pair is a sho
 # aside a burst that hit one turn. bench/RESULTS.md, attach, "2026-12-07 (later)".
 PAIRS_PER_PROCESS = 8
 DEFAULT_ATTACH_TURN_S = 0.25
-DEFAULT_ATTACH_PAIRS = 96  # 12 units of 8: above the 9 units that can pass Holm over 7 stages
+# 16 units of 8: above the 9 units that can pass Holm over 7 stages. On this project's machine
+# (2 cores, pinned), 12 units gave a median A/A-and-slowed step MDE of 3.07% over 40 runs; the
+# units' spread is two parts, ~9% between a pair's turns (a unit's median of 8 leaves ~3.2%) and
+# ~2.2% between processes, which only more units divide: 16 → ~2.7% expected, ~125 s a run
+# since a stopped arm skips its teardown (runners.attach_child.QuickExit)
+DEFAULT_ATTACH_PAIRS = 128
 
 ARMS = ("a", "b")
 BLOCKS = (("AB", "BA"), ("BA", "AB"))

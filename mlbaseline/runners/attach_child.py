@@ -60,7 +60,39 @@ def boot(environ: MutableMapping[str, str] | None = None) -> None:
     else:
         env.pop("PYTHONPATH", None)
     emit = status_writer(settings)
+    if settings.get(MODE) == "turns":
+        atexit.register(QUICK_EXIT)  # first registered: it runs after every other handler
     after_import("torch", lambda: start(settings, emit))
+
+
+class QuickExit:
+    """How an A/B arm ends when `mlb ab` stops it: `stop()` raises SystemExit(0) at a step's
+    end (the script's `finally` blocks and the DataLoader's shutdown run), and at exit, after
+    every atexit handler (the script's, multiprocessing's, the turn sink's), the process ends
+    at once: the interpreter's teardown of torch's modules is skipped. It took ~0.85 s of CPU
+    per process here, and a unit's two stopped processes tear down while the next unit's two
+    import and warm up, on the same CPUs: ~1.7 s of a unit's ~5 s start (measured on the bench
+    script). Nothing is lost: the arm's process is `mlb`'s own, in its temporary folder, and
+    its output is flushed first. A stopped arm so exits 0 (had its `finally` raised, the
+    exception's traceback is printed and the process ends the usual way)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+        raise SystemExit(0)
+
+    def __call__(self) -> None:
+        if not self.stopped or getattr(sys, "last_value", None) is not None:
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
+
+
+QUICK_EXIT = QuickExit()
 
 
 def status_writer(settings: Mapping[str, str]) -> Emit:
@@ -86,7 +118,9 @@ def start(settings: Mapping[str, str], emit: Emit) -> hooks.Hooks | None:
         if mode == "turns":
             from mlbaseline.runners.attach_turns import start as turns
 
-            return hooks.install(turns(settings))
+            sink = turns(settings)
+            sink.exit = QUICK_EXIT.stop
+            return hooks.install(sink)
         if mode != "measure":
             raise ValueError(f"{MODE}: unknown mode {mode!r}")
         sink = MeasureSink.from_settings(settings, emit)
@@ -306,9 +340,11 @@ __all__ = [
     "OUT",
     "PROTOCOL",
     "PYTHONPATH",
+    "QUICK_EXIT",
     "SCRATCH",
     "STATUS_FD",
     "MeasureSink",
+    "QuickExit",
     "after_import",
     "boot",
     "start",
