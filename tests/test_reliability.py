@@ -584,13 +584,29 @@ USAGE_ERRORS = [
 
 @pytest.mark.parametrize(("args", "fragment"), USAGE_ERRORS)
 def test_usage_error_from_the_parser(args, fragment, tmp_path, monkeypatch):
-    """Errors the argument parser (Typer/Click) finds before any mlb code runs: exit 2 and
-    its usage block (usage line, help hint, the error) on stderr; no traceback, no output."""
+    """Errors the argument parser (Typer/Click) finds before any mlb code runs are bad input
+    like any other: exit 2 and one line on stderr, `Error: …` and where help is (DESIGN.md's
+    exit codes), not Click's usage block; no traceback, no output, nothing written."""
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and res.stdout == ""
     assert "Traceback" not in res.stderr and fragment in res.stderr
-    assert res.stderr.startswith("Usage: mlb") and list(tmp_path.iterdir()) == []
+    assert res.stderr.startswith("Error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.rstrip().endswith("-h for help)") and list(tmp_path.iterdir()) == []
+
+
+def test_parser_errors_through_the_installed_entry_point(tmp_path: Path) -> None:
+    """The same through `python -m mlbaseline` (the entry point, not the test runner), and a
+    bare `mlb` still prints its help."""
+    cmd = [sys.executable, "-m", "mlbaseline"]
+    bad = subprocess.run([*cmd, "throughput", "--bogus"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("Error: No such option: --bogus (") and bad.stderr.endswith(
+        " throughput -h for help)\n"
+    ), bad.stderr
+    assert bad.stderr.count("\n") == 1
+    bare = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert "Usage: " in bare.stdout + bare.stderr and "Error" not in bare.stderr
 
 
 def test_compare_with_itself_is_allowed_but_says_so(tmp_path: Path):

@@ -2,13 +2,49 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+import typer.core
 
 from mlbaseline.cli.helptext import PlainGroup
 
+# the Click that Typer runs on: its own copy from Typer 0.2x (`typer._click`), Click before
+_CLICK: Any = getattr(typer.core, "_click", None) or getattr(typer.core, "click", None)
+_ERRORS: Any = _CLICK.exceptions
+
+
+class RootGroup(PlainGroup):
+    """`mlb` itself: an error the argument parser finds (an unknown option, a missing
+    argument, a value out of range, an unknown command) is bad input like any other, so it
+    is one line, `Error: …` with where help is, exit 2 (DESIGN.md's exit codes), not Click's
+    usage block; everything else goes Typer's way."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _ERRORS.NoArgsIsHelpError as exc:  # `mlb` alone: its help
+            exc.show()
+            sys.exit(exc.exit_code)
+        except _ERRORS.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "mlb"
+            message = " ".join(exc.format_message().split())
+            print(f"Error: {message} ({where} -h for help)", file=sys.stderr)
+            sys.exit(2)
+        except _ERRORS.ClickException as exc:
+            print(f"Error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except (typer.Abort, getattr(_ERRORS, "Abort", typer.Abort)):
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 app = typer.Typer(
     name="mlb",
-    cls=PlainGroup,  # --help spells values as words, never <bool>
+    cls=RootGroup,  # --help spells values as words, never <bool>; parser errors in one line
     help=(
         "mlb — a performance baseline for PyTorch projects that is reproducible, decomposable "
         "and attributable.\n\n"
