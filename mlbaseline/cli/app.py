@@ -42,6 +42,7 @@ class RootGroup(PlainGroup):
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
+
 app = typer.Typer(
     name="mlb",
     cls=RootGroup,  # --help spells values as words, never <bool>; parser errors in one line
