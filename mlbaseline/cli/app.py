@@ -37,7 +37,7 @@ class RootGroup(PlainGroup):
         except _ERRORS.ClickException as exc:
             print(f"Error: {' '.join(exc.format_message().split())}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        except (typer.Abort, getattr(_ERRORS, "Abort", typer.Abort)):
+        except typer.Abort:  # Click's own Abort, re-exported by Typer before 0.2x
             print("Aborted!", file=sys.stderr)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)

@@ -26,8 +26,9 @@ DEFAULT_ATTACH_TURN_S = 0.25
 # 16 units of 8: above the 9 units that can pass Holm over 7 stages. On this project's machine
 # (2 cores, pinned), 12 units gave a median A/A-and-slowed step MDE of 3.07% over 40 runs; the
 # units' spread is two parts, ~9% between a pair's turns (a unit's median of 8 leaves ~3.2%) and
-# ~2.2% between processes, which only more units divide: 16 → ~2.7% expected, ~125 s a run
-# since a stopped arm skips its teardown (runners.attach_child.QuickExit)
+# ~2.2% between processes, which only more units divide. 16 units, pinned, 40 runs in a quieter
+# hour: median 1.82% (its first 12 units: 2.08%), 123 s a run now that a stopped arm skips its
+# teardown (runners.attach_child.QuickExit); bench/RESULTS.md, "2026-12-07 (evening)"
 DEFAULT_ATTACH_PAIRS = 128
 
 ARMS = ("a", "b")
