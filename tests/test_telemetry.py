@@ -228,23 +228,17 @@ def test_the_cpu_columns_and_the_tree_are_read_every_dear_every_s(tmp_path):
     """/proc/stat is the sampler's dearest read beside a busy loop: read at most every
     DEAR_EVERY_S, each row between carrying the last read (the average over its window); the
     process tree too (a child is found within DEAR_EVERY_S), its processes' figures each row."""
-    import psutil
-
     from mlbaseline.measure.telemetry import DEAR_EVERY_S
 
     clock = ManualClock()
     sampler = TelemetrySampler(NullProbe(), 0.1, pids=lambda: [], clock=clock, proc_root=tmp_path)
     reads = []
 
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(psutil, name)
+    def counting():
+        reads.append(clock.now_ns())
+        return [10.0 * len(reads)] * sampler.ncpu
 
-        def cpu_percent(self, percpu=False):
-            reads.append(clock.now_ns())
-            return [10.0 * len(reads)] * sampler.ncpu
-
-    sampler._psutil = Counting()
+    sampler._cpu_percent = counting
     rows = []
     for _ in range(12):
         rows.append(sampler.sample_once())
@@ -259,3 +253,105 @@ def test_the_cpu_columns_and_the_tree_are_read_every_dear_every_s(tmp_path):
         seen.append(sampler.sample_once()["read_bytes"])
         clock.advance(0.1)
     assert seen[0] == "" and seen[-1] == 7  # found at the next tree read, within 0.5 s
+
+
+def test_real_proc_rss_and_io_through_kept_descriptors_dropped_when_the_process_ends():
+    """On the real /proc each watched process's statm and io stay open between rows: RSS is
+    what psutil reports; once the process has ended its descriptors read ESRCH, which is not
+    a gap, and are closed; stop() closes the rest."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"  # RSS settled
+        clock = ManualClock()
+        sampler = TelemetrySampler(NullProbe(), 0.1, pids=lambda: [child.pid], clock=clock)
+        row = sampler.sample_once()
+        io_ok = isinstance(row["read_bytes"], int)  # a sandbox may close /proc/<pid>/io
+        assert row["nprocs"] == 1 and (row["error"] == "" if io_ok else "io:" in row["error"])
+        assert row["rss_bytes"] == psutil.Process(child.pid).memory_info().rss
+        kept = dict(sampler._files._fds)
+        assert set(kept) == {(child.pid, "statm")} | ({(child.pid, "io")} if io_ok else set())
+        assert sampler.sample_once()["nprocs"] == 1 and sampler._files._fds == kept
+    finally:
+        child.kill()
+        child.communicate()
+    row = sampler.sample_once()  # between listings: the kept descriptors read ESRCH
+    assert row["error"] == "" and row["nprocs"] == 0 and row["rss_bytes"] == ""
+    assert row["read_bytes"] == "" and sampler._files._fds == {}
+    clock.advance(0.5)  # listed again: the pid is gone, nothing is opened
+    assert sampler.sample_once()["nprocs"] == 0 and sampler._files._fds == {}
+    other = TelemetrySampler(NullProbe(), 0.1, clock=ManualClock())
+    other.sample_once()
+    assert other._files._fds
+    other.stop()
+    assert other._files._fds == {}
+    assert other.sample_once()["nprocs"] >= 1  # reopened after a stop
+
+
+def test_a_kept_descriptor_that_reads_nothing_is_dropped_and_reopened_at_the_next_listing(
+    tmp_path,
+):
+    """The kept-descriptor bookkeeping on a fake tree (whose files are rewritten in place
+    here, the same inode, as a kept descriptor sees them): an empty read is a process gone,
+    not counted until the tree is listed again; an error closes the descriptor, so every row
+    tells it again; a pid that leaves the tree has its descriptors closed."""
+    from mlbaseline.measure.telemetry import _ProcFiles
+
+    for pid in (4300, 4301):
+        fake_proc(tmp_path, pid, 10)
+        (tmp_path / str(pid) / "statm").write_text("100 3 2 1 0 1 0\n")
+    clock = ManualClock()
+    watched = [4300, 4301]
+    sampler = TelemetrySampler(
+        NullProbe(), 0.1, pids=lambda: watched, clock=clock, proc_root=tmp_path
+    )
+    sampler._files = _ProcFiles(str(tmp_path), keep=True)
+    page = sampler._page
+    row = sampler.sample_once()
+    assert (row["rss_bytes"], row["nprocs"], row["read_bytes"]) == (6 * page, 2, 20)
+    assert len(sampler._files._fds) == 4
+    (tmp_path / "4301" / "statm").write_text("")  # in place: the kept descriptor sees it
+    (tmp_path / "4301" / "io").write_text("")
+    row = sampler.sample_once()
+    assert (row["rss_bytes"], row["nprocs"], row["read_bytes"], row["error"]) == (
+        3 * page,
+        1,
+        10,
+        "",
+    )
+    assert len(sampler._files._fds) == 2
+    (tmp_path / "4301" / "statm").write_text("100 5 2 1 0 1 0\n")
+    (tmp_path / "4301" / "io").write_text("read_bytes: 7\n")
+    assert sampler.sample_once()["nprocs"] == 1  # gone until the next listing
+    clock.advance(0.5)
+    row = sampler.sample_once()
+    assert (row["rss_bytes"], row["nprocs"], row["read_bytes"]) == (8 * page, 2, 17)
+    (tmp_path / "4300" / "io").write_text("rchar: 5\n")
+    for _ in range(2):
+        row = sampler.sample_once()
+        assert "io:" in row["error"] and "4300/io: no read_bytes field" in row["error"]
+        assert row["read_bytes"] == 7 and row["nprocs"] == 2
+    watched.remove(4301)
+    clock.advance(0.5)
+    assert sampler.sample_once()["nprocs"] == 1
+    assert set(sampler._files._fds) == {(4300, "statm"), (4300, "io")}
+    sampler.stop()
+    assert sampler._files._fds == {}
+
+
+def test_rss_from_statm_and_its_errors_on_a_fake_tree(tmp_path):
+    fake_proc(tmp_path, 4400, 1)
+    (tmp_path / "4400" / "statm").write_text("100 4 2 1 0 1 0\n")
+    sampler = TelemetrySampler(
+        NullProbe(), 0.1, pids=lambda: [4400], clock=ManualClock(), proc_root=tmp_path
+    )
+    row = sampler.sample_once()
+    assert row["rss_bytes"] == 4 * sampler._page and row["nprocs"] == 1
+    (tmp_path / "4400" / "statm").write_text("garbage\n")
+    row = sampler.sample_once()
+    assert "rss:" in row["error"] and "4400/statm" in row["error"] and row["rss_bytes"] == ""
