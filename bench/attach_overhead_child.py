@@ -1,23 +1,29 @@
 """The cost of `mlb attach` per step, paired inside one process (bench section `attach`).
 
 A process-level comparison (the plain script against the script under `mlb attach`, each in its
-own process) cannot see 1%: two processes of the same script differ by ±3% on this machine. Here
-one process alternates blocks of STEPS steps of the bench script's loop (its model WIDTH wide),
-ROUNDS times, the order flipped every other round; each round's difference of the two block
-medians is one paired difference. Prints one JSON line.
+own process) cannot see 1%: two processes of the same script differ by ±3% on this machine.
+Here one process runs the bench script's loop (its model WIDTH wide) and prints one JSON line.
 
-- `hooks`: blocks with the hooks and attach's measuring sink installed (its stop rule and
-  memory readings running, the telemetry sampler off: it is measured apart) against blocks with
-  them uninstalled: the seconds added per step (median of the rounds), their quartiles. A
-  narrow model's short steps show it with the least noise, but ~4x lower than a wide model's
-  (~40 against ~110-210 µs here): between a wide model's boundaries its weights push the
-  hooks' code and data out of the caches.
-- `telemetry`: blocks with the telemetry sampler running (started before the block, as attach
-  runs it) against blocks without, no hooks: its cost is a share of the wall time (a thread
-  that wakes 10 times a second), the relative slowdown of the step's mean (median of the rounds),
-  and beside it the sampler's own CPU time per second (`TelemetrySampler.overhead`).
+- `hooks ROUNDS PAIRS BATCH WIDTH`: hooked and plain steps alternate step by step (the order
+  flipped every other pair), so the machine's drift, which moves a block of steps against the
+  next by ±3-5% here, cancels within each pair. A hooked step has the hooks and attach's
+  measuring sink installed (its stop rule and memory readings running, the telemetry sampler
+  off: it is measured apart), put in before it and taken out after it (`Hooks.resume` /
+  `suspend`: the same attributes set either way before either kind of step) over one
+  recorder, which so sees every other step: its rules that go by time (the hand-over 0.25 s
+  after the oldest logged step, memory read at least once a second) are given twice their
+  time, so that they run as often per hooked step as in a run. Each round is the mean
+  difference (hooked − plain) over PAIRS pairs (its periodic work, the batched cutting and the
+  memory readings, included); the figure is the median of the rounds, with their quartiles,
+  as wall time and as the main thread's CPU time. A warm-up first takes the recorder past
+  its first, denser memory readings.
+- `telemetry ROUNDS STEPS BATCH WIDTH`: blocks of STEPS steps with the telemetry sampler
+  running (started before the block, as attach runs it) against blocks without, no hooks: its
+  cost is a share of the wall time (a thread that wakes 10 times a second), the relative
+  slowdown of the step's mean (median of the rounds), and beside it the sampler's own CPU time
+  per second (`TelemetrySampler.overhead`).
 
-Usage: attach_overhead_child.py hooks|telemetry ROUNDS STEPS BATCH WIDTH [KEY=VALUE…]
+Usage: attach_overhead_child.py hooks|telemetry ROUNDS N BATCH WIDTH [KEY=VALUE…]
 """
 
 from __future__ import annotations
@@ -31,17 +37,21 @@ from typing import Any, NamedTuple
 
 
 class Block(NamedTuple):
-    """n steps of the loop: the median and mean step (loop top to loop top, data wait
-    included), and the main thread's CPU time per step (the hooks run on it: their CPU cost
-    without the time the machine's other work took the core away)."""
+    """n steps of the loop: the median and mean step (data wait included), and the main
+    thread's CPU time per step."""
 
     median: float
     mean: float
     cpu: float
 
 
-def loop(batch: int, width: int) -> Callable[[int], Block]:
-    """The bench script's loop (its data, model, optimizer); `block(n)` runs n steps."""
+Step = Callable[[], tuple[float, float]]
+
+
+def loop(batch: int, width: int) -> Step:
+    """The bench script's loop (its data, model, optimizer); `step()` runs one step and
+    gives its wall time (data wait included) and the main thread's CPU time (the hooks run
+    on it: their cost without the time the machine's other work took the core away)."""
     import torch
     from bench_attach import bench_model
     from torch.utils.data import DataLoader, TensorDataset
@@ -52,29 +62,29 @@ def loop(batch: int, width: int) -> Callable[[int], Block]:
     loader = DataLoader(ds, batch_size=batch, shuffle=True)
     model, opt = bench_model(width)  # bench/ is this script's folder, on sys.path
     batches: Any = iter(loader)
+    wall, cpu = time.perf_counter, time.thread_time
 
-    def block(n: int) -> Block:
+    def step() -> tuple[float, float]:
         nonlocal batches
-        times, last, cpu = [], None, [0.0, 0.0]
-        for i in range(n):
-            try:
-                x, y = next(batches)
-            except StopIteration:
-                batches = iter(loader)
-                x, y = next(batches)
-            now = time.perf_counter()
-            if last is not None:
-                times.append(now - last)
-            if last is None or i == n - 1:  # CPU time over the same steps as the times
-                cpu[last is not None] = time.thread_time()
-            last = now
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-        per_step = (cpu[1] - cpu[0]) / len(times)
-        return Block(statistics.median(times), statistics.mean(times), per_step)
+        t0, c0 = wall(), cpu()
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            x, y = next(batches)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        return wall() - t0, cpu() - c0
 
-    return block
+    return step
+
+
+def block(step: Step, n: int) -> Block:
+    """n steps: their median and mean, and their CPU time per step."""
+    done = [step() for _ in range(n)]
+    times = [w for w, _ in done]
+    return Block(statistics.median(times), statistics.mean(times), sum(c for _, c in done) / n)
 
 
 def rounds_of(rounds: int, run: Callable[[bool], Block]) -> tuple[list[Block], list[Block]]:
@@ -87,48 +97,67 @@ def rounds_of(rounds: int, run: Callable[[bool], Block]) -> tuple[list[Block], l
     return plain, other
 
 
-def paired(plain: list[Block], other: list[Block], figure: str) -> dict[str, Any]:
-    """A figure's difference (with − plain) round by round: its median and quartiles."""
-    diff = [getattr(o, figure) - getattr(p, figure) for o, p in zip(other, plain, strict=True)]
-    quartiles = statistics.quantiles(diff, n=4) if len(diff) > 1 else diff
-    return {"added_s": statistics.median(diff), "added_q": quartiles}
+def _quartiles(values: list[float]) -> dict[str, Any]:
+    return {
+        "added_s": statistics.median(values),
+        "added_q": statistics.quantiles(values, n=4) if len(values) > 1 else values,
+    }
 
 
-def hooks_cost(block: Callable[[int], Block], rounds: int, steps: int) -> dict[str, Any]:
+def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
     from mlbaseline.config import Config, build, parse_set
-    from mlbaseline.measure import hooks
+    from mlbaseline.measure import hooks, step_cutter
     from mlbaseline.runners.attach_child import MeasureSink
 
     # a stop rule that never ends inside the bench: every hooked step goes to the sink
     never = ["throughput.min_time_s=1000000", "throughput.max_steps=100000000"]
     never += ["throughput.telemetry=false", *sys.argv[6:]]
-    sink = MeasureSink(build(Config, parse_set(never)), lambda event: None, None, {})
 
-    def run(on: bool) -> Block:
-        if not on:
-            return block(steps)
-        installed = hooks.install(sink)
-        sink.hooks = installed
-        try:
-            return block(steps)
-        finally:
-            installed.uninstall()
+    class Sink(MeasureSink):  # the rules that go by time: twice it (see the docstring)
+        memory_gap_s = MeasureSink.memory_gap_s * 2
 
-    block(steps)  # warm-up, unhooked
-    plain, hooked = rounds_of(rounds, run)
-    # the mean step: the cost of every step, the one whose end cuts the logged steps (1 in 16)
-    # included, which a median of the steps would leave out
+    step_cutter.HANDOVER_GAP_NS *= 2
+    sink = Sink(build(Config, parse_set(never)), lambda event: None, None, {})
+    # installed once and then suspended and resumed around each hooked step (`Hooks.suspend`:
+    # the same attributes set back and forth before either kind of step), one recorder
+    installed = hooks.install(sink)
+    sink.hooks = installed
+
+    def hooked() -> tuple[float, float]:
+        installed.resume()
+        return step()
+
+    def plain() -> tuple[float, float]:
+        installed.suspend()  # the same attributes set again: a type changed before either step
+        return step()
+
+    def pair(i: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        if i % 2 == 0:
+            return hooked(), plain()
+        off = plain()
+        return hooked(), off
+
+    installed.suspend()
+    for i in range(8 * step_cutter.MEMORY_EVERY + 16):  # warm-up: the dense readings
+        pair(i)
+    wall, cpu, steps_s = [], [], []
+    for _ in range(rounds):
+        done = [pair(i) for i in range(pairs)]
+        wall.append(statistics.mean(on[0] - off[0] for on, off in done))
+        cpu.append(statistics.mean(on[1] - off[1] for on, off in done))
+        steps_s.append(statistics.median(off[0] for _, off in done))
+    installed.uninstall()
+    steps = sink.steps
     return {
-        "step_s": statistics.median(b.mean for b in plain),
-        **paired(plain, hooked, "mean"),
-        "cpu": paired(plain, hooked, "cpu"),
-        "median_step": paired(plain, hooked, "median"),
-        "steps_seen": len(sink.steps),
-        "memory_steps": sum(s.memory is not None for s in sink.steps),
+        "step_s": statistics.median(steps_s),
+        **_quartiles(wall),
+        "cpu": _quartiles(cpu),
+        "steps_seen": len(steps),
+        "memory_steps": sum(s.memory is not None for s in steps),
     }
 
 
-def telemetry_cost(block: Callable[[int], Block], rounds: int, steps: int) -> dict[str, Any]:
+def telemetry_cost(step: Step, rounds: int, steps: int) -> dict[str, Any]:
     from mlbaseline.config import Config, build, parse_set
     from mlbaseline.measure.gpu import default_probe
     from mlbaseline.runners.throughput import make_sampler
@@ -140,18 +169,18 @@ def telemetry_cost(block: Callable[[int], Block], rounds: int, steps: int) -> di
 
     def run(on: bool) -> Block:
         if not on:
-            return block(steps)
+            return block(step, steps)
         sampler = make_sampler(probe, cfg)
         sampler.start()
         try:
-            return block(steps)
+            return block(step, steps)
         finally:
             sampler.stop()
             # its samples' CPU time but the first's (the start primes psutil's counters)
             cpu_ns.extend(sampler._cpu_ns[1:])
             interval.append(sampler.interval_s)
 
-    block(steps)  # warm-up
+    block(step, steps)  # warm-up
     plain, sampled = rounds_of(rounds, run)
     share = [s.mean / p.mean - 1 for s, p in zip(sampled, plain, strict=True)]
     return {
@@ -166,8 +195,8 @@ def telemetry_cost(block: Callable[[int], Block], rounds: int, steps: int) -> di
 def main() -> None:
     mode = sys.argv[1]
     rounds, steps, batch, width = (int(a) for a in sys.argv[2:6])
-    block = loop(batch, width)
-    figures = {"hooks": hooks_cost, "telemetry": telemetry_cost}[mode](block, rounds, steps)
+    step = loop(batch, width)
+    figures = {"hooks": hooks_cost, "telemetry": telemetry_cost}[mode](step, rounds, steps)
     print(json.dumps(figures))
 
 

@@ -306,15 +306,14 @@ def _self_timed(cmd: list[str], cwd: Path, out: Path, extra: dict[str, str]) -> 
 
 
 TEN_MS = 0.010  # the issue's reference step
-# (rounds, steps a block, batch, width): the hooks on the bench script's own model (a ~10-15
-# ms step: the figure judged; this machine's drift between blocks, ±3-5% of the step, leaves
-# its median a standard error of ~50 µs at 100 rounds), on a narrow model beside it (0.3 ms
-# steps: the least noise, but its working set leaves the hooks' code warm, so it shows ~4x
-# less than a wide model's), and the sampler over ~1 s blocks (it wakes 10 times a second).
-# Blocks of a multiple of 16 steps: the measuring sink cuts its logged steps 16 at a time, and
-# the figure is the mean step, so that each block carries its share of that work
-WIDE = ("100", "32", "128", "1024")
-NARROW = ("60", "96", "8", "32")
+# hooks (rounds, pairs a round, batch, width): on the bench script's own model (a ~10-15 ms
+# step: the figure judged), hooked and plain steps alternating (`attach_overhead_child.py`),
+# a round the mean of 64 pairs: four of the measuring sink's 16-step batches of cutting and
+# one memory reading per round; on a narrow model beside it (0.3 ms steps: its working set
+# leaves the hooks' code warm, a lower bound). The sampler (rounds, steps a block, ...) over
+# ~1 s blocks (it wakes 10 times a second)
+WIDE = ("50", "64", "128", "1024")
+NARROW = ("50", "256", "8", "32")
 SAMPLER = ("40", "3000", "8", "32")
 
 
@@ -346,13 +345,13 @@ def paired_rows() -> list[Row]:
     wq, nq, cpu = wide["added_q"], narrow["added_q"], wide["cpu"]
     rows = [
         Row(SECTION, "attach hooks + measuring sink + memory readings: added to the mean step "
-            f"on the bench script's model, paired in one process ({WIDE[0]} rounds, a "
-            f"{secs(wide['step_s'])} step)", f"{_us(added)} (quartiles of the rounds "
-            f"{_us(wq[0])} to {_us(wq[-1])}: this machine's drift)", "beside it", None),
+            f"on the bench script's model, hooked and plain steps alternating ({WIDE[0]} rounds "
+            f"of {WIDE[1]} pairs, a {secs(wide['step_s'])} step; memory read on "
+            f"{wide['memory_steps']} of {wide['steps_seen']} steps)", f"{_us(added)} (quartiles "
+            f"of the rounds {_us(wq[0])} to {_us(wq[-1])})", "beside it", None),
         Row(SECTION, "the same as the main thread's CPU time per step (the hooks' own work, "
             "without the time other work took the core)", f"{_us(cpu['added_s'])} (quartiles "
-            f"{_us(cpu['added_q'][0])} to {_us(cpu['added_q'][-1])}; the median step moved "
-            f"{_us(wide['median_step']['added_s'])})", "beside it", None),
+            f"{_us(cpu['added_q'][0])} to {_us(cpu['added_q'][-1])})", "beside it", None),
         Row(SECTION, "the same on a narrow model (warm caches: a lower bound), "
             f"{NARROW[0]} rounds, a {secs(narrow['step_s'])} step",
             f"{_us(narrow['added_s'])} (quartiles {_us(nq[0])} to {_us(nq[-1])})",

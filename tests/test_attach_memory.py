@@ -21,7 +21,7 @@ from mlbaseline.config import resolve
 from mlbaseline.measure.clock import ManualClock
 from mlbaseline.measure.hooks import CpuMarker, HookStep, Recorder
 from mlbaseline.measure.memory_step import StepMemory, median_memory
-from mlbaseline.measure.step_cutter import MEMORY_EVERY, MEMORY_GAP_S, STAGES
+from mlbaseline.measure.step_cutter import MEMORY_DENSE, MEMORY_EVERY, MEMORY_GAP_S, STAGES
 from mlbaseline.measure.timers import StepTimes
 from mlbaseline.results import load_result
 from mlbaseline.runners import attach, attach_child
@@ -69,10 +69,10 @@ class Sink:
 class Loop:
     """Boundary events on a manual clock, memory moved inside the intervals."""
 
-    def __init__(self, cost_s: float = 0.0, memory: bool = True) -> None:
+    def __init__(self, cost_s: float = 0.0, memory: bool = True, sink: Sink | None = None) -> None:
         self.clock = ManualClock()
         self.mem = FakeMemory(self.clock, cost_s)
-        self.sink = Sink()
+        self.sink = sink or Sink()
         memory_for = (lambda kind: self.mem) if memory else None
         self.rec = Recorder(self.sink, CpuMarker(self.clock), memory_for)
         self.rec.optimizer_created()
@@ -135,7 +135,17 @@ def test_memory_is_read_on_one_step_in_several_unless_steps_are_slow(
     step: a fast step is read once in MEMORY_EVERY, a step slower than MEMORY_GAP_S every time;
     a read step after unread ones still holds its own stages' bytes (not the unread ones')."""
     loop = Loop()
-    for _ in range(4 * MEMORY_EVERY + 1):
+    gaps = _read_gaps(loop, 4 * MEMORY_EVERY + 1, step_s)
+    assert set(gaps) == {every}
+    for step in loop.sink.steps:
+        if step.memory is not None:
+            assert step.memory.held["forward"] == 4096 and step.memory.held["optimizer"] == 16
+            assert step.memory.held["backward"] == 0
+
+
+def _read_gaps(loop: Loop, steps: int, step_s: float) -> list[int]:
+    """Run `steps` steps of `step_s` seconds: the gaps (in steps) between read steps."""
+    for _ in range(steps):
         loop.span("aux", 0.0)
         loop.span("data", step_s / 4)
         loop.span("fwd", step_s / 4, alloc=4096)
@@ -143,12 +153,27 @@ def test_memory_is_read_on_one_step_in_several_unless_steps_are_slow(
         loop.span("opt", step_s / 4, alloc=16)
     loop.rec.flush(block=True)
     flags = [step.memory is not None for step in loop.sink.steps][1:]  # the first: both read
-    gaps = {b - a for a, b in itertools.pairwise(i for i, f in enumerate(flags) if f)}
-    assert gaps == {every}
-    for step in loop.sink.steps:
-        if step.memory is not None:
-            assert step.memory.held["forward"] == 4096 and step.memory.held["optimizer"] == 16
-            assert step.memory.held["backward"] == 0
+    return [b - a for a, b in itertools.pairwise(i for i, f in enumerate(flags) if f)]
+
+
+class SparseSink(Sink):
+    handover_every = 16
+    memory_every = 64
+    memory_gap_s = 1.0
+
+
+@pytest.mark.parametrize(("step_s", "every"), [(0.001, 64), (0.05, 20), (1.1, 1)])
+def test_a_sink_may_read_memory_less_often_after_the_first_readings(
+    step_s: float, every: int
+) -> None:
+    """The measuring sink's cadence (a read step costs ~350 µs on a cold cache): the first
+    MEMORY_DENSE readings as usual (a short run has its memory), then one step in 64 or once
+    a second, whichever comes first."""
+    loop = Loop(sink=SparseSink())
+    gaps = _read_gaps(loop, 8 * MEMORY_EVERY + 3 * 64 + 1, step_s)
+    dense = min(MEMORY_EVERY, max(1, round(MEMORY_GAP_S / step_s + 0.5)))
+    assert gaps[: MEMORY_DENSE - 2] == [dense] * (MEMORY_DENSE - 2)
+    assert gaps[MEMORY_DENSE:] and set(gaps[MEMORY_DENSE:]) == {every}
 
 
 def test_the_readings_cost_is_cut_out_of_the_step() -> None:

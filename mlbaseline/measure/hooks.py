@@ -70,33 +70,40 @@ from mlbaseline.measure.step_cutter import (
 )
 
 
-def batch_of(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+def batch_of(
+    module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tensor: type | None = None
+) -> int | None:
     """Samples in a forward's input: the first dim of its first tensor argument (the second
-    for an RNN that is not batch_first)."""
-    import torch
+    for an RNN that is not batch_first). `tensor`: torch.Tensor (given by the hot path)."""
+    if tensor is None:
+        import torch
 
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if first is None:
-        first = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
-    if first is None or first.dim() == 0:
+        tensor = torch.Tensor
+    first = args[0] if args else None
+    if not isinstance(first, tensor):  # the batch is most often the first argument
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, tensor)), None)
+        if first is None:
+            return None
+    n = first.dim()
+    if n == 0:
         return None
-    dim = 1 if _seq_first(module) else 0
-    return int(first.shape[dim]) if first.dim() > dim else int(first.shape[0])
+    dim = _SEQ_DIM.get(type(module))
+    if dim is None:
+        dim = _SEQ_DIM[type(module)] = 1 if _seq_first(module) else 0
+    return int(first.size(dim if n > dim else 0))
 
 
-_SEQ_FIRST: dict[type, bool] = {}
+# each model class's batch dim (1: a recurrent model that is not batch_first), found once
+_SEQ_DIM: dict[type, int] = {}
 
 
 def _seq_first(module: Any) -> bool:
     """Whether a model's input is (sequence, batch, …): its first recurrent layer is not
-    batch_first (a word-language-model LSTM); found once per model class."""
+    batch_first (a word-language-model LSTM)."""
     import torch
 
-    kind = type(module)
-    if kind not in _SEQ_FIRST:
-        rnn = next((m for m in module.modules() if isinstance(m, torch.nn.RNNBase)), None)
-        _SEQ_FIRST[kind] = rnn is not None and not rnn.batch_first
-    return _SEQ_FIRST[kind]
+    rnn = next((m for m in module.modules() if isinstance(m, torch.nn.RNNBase)), None)
+    return rnn is not None and not rnn.batch_first
 
 
 def _to_device(args: tuple[Any, ...], kwargs: dict[str, Any], tensor: type, device: type) -> bool:
@@ -144,9 +151,10 @@ class Hooks:
         self.rec = rec
         self._choose = choose_marker
         self._tid = threading.get_ident()
-        self._undo: list[Callable[[], None]] = []
+        # (owner, name, wrapper, original) of each patch; the global optimizer step hooks' handles
+        self._patched: list[tuple[Any, str, Any, Any]] = []
+        self._handles: list[Any] = []
         self._stepping = 0  # optimizer steps inside the step wrapper (its hooks then idle)
-        self._samples: int | None = None  # the batch size of the forward being begun
         self._iters: weakref.WeakSet[Any] = weakref.WeakSet()  # multi-process loader iterators
 
     def install(self) -> Hooks:
@@ -160,11 +168,7 @@ class Hooks:
         self._grad_enabled = torch.is_grad_enabled
         self._tensor = torch.Tensor
         self._wrap_call(mod.Module)
-        handles = [
-            opt.register_optimizer_step_pre_hook(self._opt_pre),
-            opt.register_optimizer_step_post_hook(self._opt_post),
-        ]
-        self._undo += [h.remove for h in handles]
+        self._register_step_hooks()
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", "data")
         self._watch_workers(dataloader._MultiProcessingDataLoaderIter)
         self._wrap(torch.Tensor, "backward", "bwd")
@@ -193,15 +197,36 @@ class Hooks:
 
     def uninstall(self) -> None:
         self.rec.off = True
-        while self._undo:
-            self._undo.pop()()
+        self.suspend()
+        self._patched.clear()
         if self.rec in _ACTIVE:
             _ACTIVE.remove(self.rec)
+
+    def suspend(self) -> None:
+        """Put torch's own functions back, the recorder kept as it is (`resume()` puts the
+        hooks back): `make bench` alternates hooked and plain steps over one recorder."""
+        while self._handles:
+            self._handles.pop().remove()
+        for owner, name, _new, old in reversed(self._patched):
+            setattr(owner, name, old)
+
+    def resume(self) -> None:
+        for owner, name, new, _old in self._patched:
+            setattr(owner, name, new)
+        self._register_step_hooks()
+
+    def _register_step_hooks(self) -> None:
+        from torch.optim import optimizer as opt
+
+        self._handles += [
+            opt.register_optimizer_step_pre_hook(self._opt_pre),
+            opt.register_optimizer_step_post_hook(self._opt_post),
+        ]
 
     def _patch(self, owner: Any, name: str, new: Callable[..., Any]) -> None:
         old = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
         setattr(owner, name, new)
-        self._undo.append(lambda: setattr(owner, name, old))
+        self._patched.append((owner, name, new, old))
 
     def _mine(self) -> bool:
         return not self.rec.off and threading.get_ident() == self._tid
@@ -282,15 +307,30 @@ class Hooks:
     def _wrap_call(self, owner: Any) -> None:
         """`nn.Module.__call__`, patched rather than global forward hooks (which send every
         module call down torch's slow path): the outermost call is timed, a call inside any
-        other interval goes straight on (the call stack does the nesting)."""
+        other interval goes straight on (the call stack does the nesting). A loss module's
+        call is `lossmod`, a call without grad or in eval mode `efwd` (eval), else a train
+        forward `fwd`, whose batch size it reads (and the first time, its device). Written
+        out here, not in helper calls: it runs at every step in the caches a training step
+        left cold, where each Python call costs microseconds (`make bench`'s overhead)."""
         orig = owner.__call__
-        rec, tid, hooks = self.rec, self._tid, self
+        rec, tid, hooks, tensor = self.rec, self._tid, self, self._tensor
+        loss_type, grad_enabled = self._loss_type, self._grad_enabled
 
         @functools.wraps(orig)
         def call(module: Any, *args: Any, **kwargs: Any) -> Any:
             if rec.busy or rec.off or get_ident() != tid:
                 return orig(module, *args, **kwargs)
-            if not rec.begin(hooks._kind(module, args, kwargs), hooks._samples):
+            samples = None
+            if isinstance(module, loss_type):
+                kind = "lossmod"
+            elif not (module.training and grad_enabled()):
+                kind = "efwd"
+            else:
+                kind = "fwd"
+                samples = batch_of(module, args, kwargs, tensor)
+                if not rec.marker_chosen:
+                    hooks._choose_marker(module, args, kwargs)
+            if not rec.begin(kind, samples):
                 return orig(module, *args, **kwargs)
             try:
                 return orig(module, *args, **kwargs)
@@ -299,21 +339,10 @@ class Hooks:
 
         self._patch(owner, "__call__", call)
 
-    def _kind(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """A module call's interval: a loss module's, an eval forward, or a train forward
-        (whose batch size and, the first time, device it reads)."""
-        self._samples = None
-        if isinstance(module, self._loss_type):
-            return "lossmod"
-        if not (module.training and self._grad_enabled()):
-            return "efwd"
-        rec = self.rec
-        if rec.need_samples:
-            self._samples = batch_of(module, args, kwargs)
-        if not rec.marker_chosen:
-            chosen = self._choose(self._on_gpu(module, args, kwargs)) if self._choose else None
-            rec.switch_marker(chosen)
-        return "fwd"
+    def _choose_marker(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """At the first train forward: the loop's clock, by where it runs."""
+        chosen = self._choose(self._on_gpu(module, args, kwargs)) if self._choose else None
+        self.rec.switch_marker(chosen)
 
     def _on_gpu(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, self._tensor)]
@@ -348,12 +377,14 @@ class Hooks:
         self._patch(owner, "profile_hook_step", staticmethod(profile_hook_step))
 
     def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self._stepping and not self.rec.busy and self._mine():
-            self.rec.begin("opt")
+        rec = self.rec
+        if not (self._stepping or rec.busy or rec.off) and get_ident() == self._tid:
+            rec.begin("opt")
 
     def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self._stepping and not self.rec.busy and self._mine():
-            self.rec.opt_post()
+        rec = self.rec
+        if not (self._stepping or rec.busy or rec.off) and get_ident() == self._tid:
+            rec.opt_post()
 
 
 def default_marker(on_gpu: bool) -> Marker | None:

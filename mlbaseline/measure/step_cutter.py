@@ -55,14 +55,17 @@ LABEL = {
 }
 MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
 # On the host clock, a step's memory is read on every MEMORY_EVERY-th step, and on any step
-# that begins MEMORY_GAP_S or more after the last read one began: a reading at each boundary
-# (malloc's counter, the peak's reset) costs ~5 µs there with the step's data in the cache, and
-# a read step is cut as it comes (not logged, see `Recorder._replay`); a held size or a peak is
-# nearly the same every step, so one step in 16 gives the same medians (a 1 s A/B turn of 10 ms
-# steps still reads 6), and a step slower than 0.2 s is read every time. One in 8 with 50 ms
-# cost ~13 µs a step on a tiny model (`make bench`'s attach overhead), one in 16 about half
+# that begins MEMORY_GAP_S or more after the last read one began: a held size or a peak is
+# nearly the same every step, so one step in 16 gives the same medians (an A/B turn of 0.25 s
+# still reads one), and a step slower than 0.2 s is read every time. A sink may read less
+# often after the first MEMORY_DENSE reads (`memory_every`, `memory_gap_s` attributes: the
+# measuring sink's one step in 64, at least every 1 s; a short run still has its readings): a
+# read step costs ~350 µs on the bench model, its cache cold (malloc's
+# counter walks the free chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read
+# ~60 µs), and it is cut as it comes, not logged (`Recorder._replay`)
 MEMORY_EVERY = 16
 MEMORY_GAP_S = 0.2
+MEMORY_DENSE = 8
 # A sink that says `handover_every = N` (the measuring sink: its stop rule can decide a few
 # steps late) gets the closed steps N at a time, or once the oldest waiting one ended
 # HANDOVER_GAP_S or more before (or while its marks are awaited): the resolving and the stop
@@ -71,9 +74,10 @@ MEMORY_GAP_S = 0.2
 # clock such a sink also has the boundaries logged (`Recorder._replay`): a boundary then costs
 # a mark and an append, and the cutting runs N steps at a time
 HANDOVER_GAP_S = 0.25
+HANDOVER_GAP_NS = int(HANDOVER_GAP_S * 1e9)  # the host clock's marks are nanoseconds
 # the hot path's log (`Recorder._replay`): its events, and at most this many before they are
 # cut (a long eval stretch has no optimizer step to end it)
-_BEGIN, _END, _CLOSURE_END = 0, 1, 2
+_BEGIN, _END, _CLOSURE_END, _BEGIN_CLOSURE = 0, 1, 2, 3
 MAX_LOG = 512
 
 
@@ -102,7 +106,10 @@ class HookStep:
 class Sink(Protocol):
     """Where step records go (`runners.attach_child`'s measuring sink, or the A/B turns').
     An optional `handover_every: int` attribute batches the hand-over (see HANDOVER_GAP_S);
-    without it each step is handed over at the next step's first boundary."""
+    without it each step is handed over at the next step's first boundary. Optional
+    `memory_every: int` and `memory_gap_s: float` set how often a step's memory is read on
+    the host clock after the first MEMORY_DENSE reads (MEMORY_EVERY, MEMORY_GAP_S before
+    them and without them)."""
 
     def on_step(self, record: HookStep) -> None: ...
 
@@ -154,6 +161,13 @@ class Recorder:
     ) -> None:
         self.sink, self.marker = sink, marker
         self._every = max(1, int(getattr(sink, "handover_every", 1)))
+        # how often memory is read (`_memory_due`): dense first, then the sink's cadence
+        self._memory_every, self._memory_gap_ns = MEMORY_EVERY, int(MEMORY_GAP_S * 1e9)
+        self._memory_sparse = (
+            max(1, int(getattr(sink, "memory_every", MEMORY_EVERY))),
+            int(float(getattr(sink, "memory_gap_s", MEMORY_GAP_S)) * 1e9),
+        )
+        self._memory_reads = 0
         self._memory_for = memory_for
         self.memory = memory_for(marker.kind) if memory_for is not None else None
         self._memory_src = self.memory  # the recorder; `memory` is it on a read step, or None
@@ -192,12 +206,6 @@ class Recorder:
 
     # ------------------------------------------------------------ events
 
-    @property
-    def need_samples(self) -> bool:
-        # logging, the step's state is not up to date: the batch is read at every train
-        # forward (it is needed at each micro-batch's first, nearly every forward anyway)
-        return self._lazy or self._step.need_samples
-
     def add_samples(self, samples: int | None) -> None:
         """The batch size of the open forward, found at its end (keyword inputs)."""
         step = self._step
@@ -215,7 +223,8 @@ class Recorder:
         self.marker_chosen = True
         if marker is None or marker is self.marker:
             return
-        self._log, self._lazy, self._logged = [], False, 0  # the old clock's marks: dropped
+        self._log.clear()  # the old clock's marks: dropped
+        self._lazy, self._logged = False, 0
         self._read_next = False
         self.marker, self._last, self._step = marker, None, _Step()
         if self._memory_for is not None:
@@ -228,6 +237,15 @@ class Recorder:
     def begin(self, kind: str, samples: int | None = None) -> bool:
         """An interval of `kind` starts; nested in an open one it is counted, not timed
         (`end()` must follow either way). False: the recorder is off."""
+        if self._lazy and self.open is None and not self.off:
+            # the hot path (logging, an outermost interval): the fewest steps, each in the
+            # cold caches a training step leaves (`make bench`'s attach overhead)
+            self.open, self.busy = kind, kind != "opt"
+            log = self._log
+            log.append((_BEGIN, kind, samples, self.marker.mark()))
+            if len(log) >= MAX_LOG:
+                self._replay()
+            return True
         if self.off:
             return False
         closure = False
@@ -240,7 +258,7 @@ class Recorder:
             self._closure = closure = True
         self.open, self.busy = kind, kind != "opt"
         if self._lazy:
-            self._log.append((_BEGIN, kind, (samples, closure), self.marker.mark()))
+            self._log.append((_BEGIN_CLOSURE, kind, samples, self.marker.mark()))
             if len(self._log) >= MAX_LOG:
                 self._replay()
             return True
@@ -264,6 +282,13 @@ class Recorder:
 
     def opt_post(self) -> None:
         """An optimizer step returned (its post hook)."""
+        if self._lazy and self.open == "opt" and not self.inner and not self.off:
+            # the hot path: the step's end, logged (as `end()` would) and decided at once
+            mark = self.marker.mark()
+            self.open = None
+            self._log.append((_END, "opt", True, mark))
+            self._step_end(mark)
+            return
         if self.off:
             return
         if self.open == "opt":
@@ -278,14 +303,18 @@ class Recorder:
                 self._after_event()
         else:
             return
-        if self.mode != "optimizer" or self.marker.kind != "cpu":
-            return
-        # the step's end: is the next one's memory read (then its boundaries are cut as they
-        # come), and are the logged steps due to be cut (and handed over)?
-        read = self._memory_src is not None and self._memory_due(self.marker.mark())
-        if self._log:
+        if self.mode == "optimizer" and self.marker.kind == "cpu":
+            self._step_end(self.marker.mark())
+
+    def _step_end(self, mark: int) -> None:
+        """An optimizer step's end on the host clock, once steps are optimizer steps: is the
+        next step's memory read (its boundaries are then cut as they come), and are the
+        logged steps due to be cut (and handed over)?"""
+        read = self._memory_src is not None and self._memory_due(mark)
+        log = self._log
+        if log:
             self._logged += 1
-            if read or self._logged >= self._every or self._log_gap():
+            if read or self._logged >= self._every or mark - log[0][3] >= HANDOVER_GAP_NS:
                 self._replay()
         if read:  # (a second optimizer's step in the same step keeps the first one's "read")
             self._read_next, self._lazy = True, False
@@ -305,11 +334,6 @@ class Recorder:
             and self.marker.kind == "cpu"
         )
 
-    def _log_gap(self) -> bool:
-        """The oldest logged boundary is HANDOVER_GAP_S old or more (slow steps: the sink
-        is not kept waiting for the rest of a batch)."""
-        return self.marker.seconds(self._log[0][3], self._log[-1][3]) >= HANDOVER_GAP_S
-
     def _replay(self) -> None:
         """Cut the logged boundaries, in order, at their logged marks, then cut the time
         this took out of the step (mlb's, like the sink's). The hot path logs a boundary
@@ -321,10 +345,13 @@ class Recorder:
         step before it, `opt_post`). Cutting ~10 boundaries a step in one go, many steps at
         a time, runs the cutter's code warm instead of cold between torch's work: `make
         bench`'s attach overhead."""
-        log, self._log, self._logged = self._log, [], 0
+        # a copy, the log itself cleared: it is the same list for good (the hot path holds it)
+        log = self._log[:]
+        self._log.clear()
+        self._logged = 0
         for op, kind, arg, mark in log:
-            if op == _BEGIN:
-                self._begin_cut(kind, arg[0], arg[1], mark)
+            if op in (_BEGIN, _BEGIN_CLOSURE):
+                self._begin_cut(kind, arg, op == _BEGIN_CLOSURE, mark)
             elif op == _END:
                 self._end_cut(kind, arg, mark)
             else:
@@ -550,14 +577,22 @@ class Recorder:
             return src if read else None
         return src if self._memory_due(self._last) else None
 
-    def _memory_due(self, now: Any) -> bool:
-        """Whether the next step's memory is read, on the host clock (MEMORY_EVERY)."""
+    def _memory_due(self, now: int | None) -> bool:
+        """Whether the next step's memory is read, on the host clock (MEMORY_EVERY, or the
+        sink's `memory_every`; its marks are nanoseconds)."""
         self._memory_skip += 1
         since = self._memory_at
-        due = since is None or now is None or self._memory_skip >= MEMORY_EVERY
-        if not due and self.marker.seconds(since, now) < MEMORY_GAP_S:
+        if (
+            since is not None
+            and now is not None
+            and self._memory_skip < self._memory_every
+            and now - since < self._memory_gap_ns
+        ):
             return False
         self._memory_skip, self._memory_at = 0, now
+        self._memory_reads += 1
+        if self._memory_reads == MEMORY_DENSE:
+            self._memory_every, self._memory_gap_ns = self._memory_sparse
         return True
 
     def _drain(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import importlib.abc
 import importlib.util
 import json
@@ -188,6 +189,10 @@ class MeasureSink:
     # steps come 16 at a time, or 0.25 s after (measure.step_cutter.HANDOVER_GAP_S): the stop
     # rule may end a few steps late, which costs nothing; the hand-over's code runs warm
     handover_every = 16
+    # memory read on one step in 64, at least once a second (measure.step_cutter.MEMORY_EVERY:
+    # a read step is dear; a run's memory is the median of its read steps)
+    memory_every = 64
+    memory_gap_s = 1.0
 
     def __init__(
         self, cfg: Any, emit: Emit, out: Path | None, meta: Mapping[str, Any], clock: Any = None
@@ -217,25 +222,24 @@ class MeasureSink:
         return cls(cfg, emit, out, meta)
 
     def on_step(self, record: hooks.HookStep) -> None:
+        # the loop keeps the hook's own record (its step time the value the rules test): the
+        # stage timer's records are made once, for the result (`result`), not at every step
         if self.done:
             return
-        from mlbaseline.measure.step import StepRecord
-        from mlbaseline.measure.timers import StepTimes
-
+        loop = self.loop
         if not self.steps:
             self.on_training_started()
             self._start_telemetry()
             self._start_meter()
         elif self.meter is not None:
             self.meter.update()
-        warm = self.loop.warmup is not None
+        warm = loop.warmup is not None
         self.steps.append(record)
-        times = StepTimes(record.total_s, dict(record.stages), record.total_s, record.memory)
-        self.loop.begin()
-        self.loop.end(StepRecord(times, record.samples), record.total_s)
-        if not warm and self.loop.warmup is not None:
+        loop.begin()
+        loop.end(record, record.total_s)
+        if not warm and loop.warmup is not None:
             self.emit({"event": "measuring"})
-        if self.loop.done:
+        if loop.done:
             self.finish()
 
     def on_training_started(self) -> None:
@@ -325,10 +329,18 @@ class MeasureSink:
 
     def result(self) -> Any:
         """The throughput result of the steps (`runners.throughput.assemble`)."""
+        from mlbaseline.measure.step import StepRecord
+        from mlbaseline.measure.timers import StepTimes
         from mlbaseline.runners.attach_result import build_result
 
         timer = self.hooks.rec.marker.kind if self.hooks is not None else "cpu"
-        return build_result(self.cfg, self.loop.result(), self.steps, self.meta, timer, self)
+        done = self.loop.result()
+        records = [
+            StepRecord(StepTimes(s.total_s, dict(s.stages), s.total_s, s.memory), s.samples)
+            for s in done.records
+        ]
+        loop = dataclasses.replace(done, records=records)
+        return build_result(self.cfg, loop, self.steps, self.meta, timer, self)
 
 
 __all__ = [
