@@ -475,6 +475,37 @@ def test_uninstall_puts_everything_back() -> None:
     assert "to" not in torch.Tensor.__dict__ or torch.Tensor.__dict__["to"] is before[3]
 
 
+def test_suspended_hooks_leave_torch_as_it_was_and_resume_over_the_same_recorder() -> None:
+    """`make bench` alternates hooked and plain steps: suspended, torch's own functions and no
+    global step hook; resumed, the same recorder goes on cutting steps."""
+    from torch.optim import optimizer as opt
+
+    plain = (torch.nn.Module.__call__, torch.Tensor.backward, torch.optim.Optimizer.zero_grad)
+    hooks_before = (len(opt._global_optimizer_pre_hooks), len(opt._global_optimizer_post_hooks))
+    sink = Sink()
+    h = hooks.install(sink)
+    try:
+        _tiny_loop(3)
+        h.suspend()
+        now = (torch.nn.Module.__call__, torch.Tensor.backward, torch.optim.Optimizer.zero_grad)
+        assert now == plain
+        assert (len(opt._global_optimizer_pre_hooks), len(opt._global_optimizer_post_hooks)) == (
+            hooks_before
+        )
+        seen = len(sink.steps)
+        _tiny_loop(3)  # unhooked: nothing recorded
+        h.rec.flush(block=True)
+        assert len(sink.steps) <= seen + 1  # (at most the step the flush hands over)
+        h.resume()
+        assert torch.nn.Module.__call__ is not plain[0]
+        _tiny_loop(4)
+        h.rec.flush(block=True)
+        assert len(sink.steps) >= seen + 3
+    finally:
+        h.uninstall()
+    assert torch.nn.Module.__call__ is plain[0] and torch.Tensor.backward is plain[1]
+
+
 def test_batch_of_a_sequence_first_model_reads_its_batch_dimension() -> None:
     class LM(torch.nn.Module):
         def __init__(self) -> None:
