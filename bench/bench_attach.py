@@ -309,8 +309,8 @@ TEN_MS = 0.010  # the issue's reference step
 # hooks (rounds, pairs a round, batch, width): on the bench script's own model (a ~10-15 ms
 # step: the figure judged), hooked and plain steps alternating (`attach_overhead_child.py`),
 # a round the mean of 64 pairs: four of the measuring sink's 16-step batches of cutting and
-# one memory reading per round; on a narrow model beside it (0.3 ms steps: its working set
-# leaves the hooks' code warm, a lower bound). The sampler (rounds, steps a block, ...) over
+# one memory reading per round; on a narrow model beside it (0.4 ms steps: the least noise,
+# though the steps between leave the hooks' code no warmer than the wide model's). The sampler (rounds, steps a block, ...) over
 # ~1 s blocks (it wakes 10 times a second)
 WIDE = ("50", "64", "128", "1024")
 NARROW = ("50", "256", "8", "32")
@@ -352,7 +352,7 @@ def paired_rows() -> list[Row]:
         Row(SECTION, "the same as the main thread's CPU time per step (the hooks' own work, "
             "without the time other work took the core)", f"{_us(cpu['added_s'])} (quartiles "
             f"{_us(cpu['added_q'][0])} to {_us(cpu['added_q'][-1])})", "beside it", None),
-        Row(SECTION, "the same on a narrow model (warm caches: a lower bound), "
+        Row(SECTION, "the same on a narrow model (the least noise: short steps), "
             f"{NARROW[0]} rounds, a {secs(narrow['step_s'])} step",
             f"{_us(narrow['added_s'])} (quartiles {_us(nq[0])} to {_us(nq[-1])})",
             "beside it", None),
