@@ -245,3 +245,26 @@ def test_pool_refuses_what_is_not_one_workload_of_the_api(tmp_path):
     assert c is not None
     with pytest.raises(UsageError, match="config differs"):
         pool_results([a, c], tmp_path / "q.json")
+
+
+# ------------------------------------------------------------------ the workload, named on screen
+
+
+def test_the_throughput_screen_first_names_what_was_measured(tmp_path):
+    result = load_result(saved(tmp_path, "r.json"))
+    screen = _screen(result)
+    assert screen.startswith("measured: ")
+    # the library API's loop drew its own data: its config's dataset is not claimed
+    assert "the script's own data" in screen.split("┃")[0] and "batch sizes 16" in screen
+
+
+def test_compare_names_the_workload_once_or_each_sides(tmp_path):
+    from mlbaseline.cli.compare import measured_line
+
+    old = load_result(saved(tmp_path, "a.json"))
+    new = load_result(saved(tmp_path, "b.json"))
+    same = measured_line(old, new)
+    assert same.startswith("measured: ") and "; new " not in same
+    new.config["workload"]["model"] = "torchvision:resnet50"
+    differs = measured_line(old, new)
+    assert differs.startswith("measured: old ") and "; new torchvision:resnet50 on" in differs

@@ -30,6 +30,7 @@ from mlbaseline.cli.throughput import (
     summary_table,
 )
 from mlbaseline.config import Config
+from mlbaseline.report.headline import workload_text
 from mlbaseline.results import Result, write_result
 
 REPEATS_HELP = (
@@ -144,6 +145,7 @@ def attach(common: CommonOptions, o: AttachCliOptions) -> None:
 def print_summary(ui: Ui, result: Result) -> None:
     """The throughput tables, then what attach saw of the script (no config advice: the
     script's own code decides its workers, precision and batch)."""
+    ui.print(f"measured: {escape(workload_text([result]))}")
     ui.print(summary_table(result))
     for line in attach_lines(result):
         ui.print(escape(line))

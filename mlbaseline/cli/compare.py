@@ -15,6 +15,7 @@ from mlbaseline.cli.common import CommonOptions, Notes, Ui, command, compact_tab
 from mlbaseline.comparison.cost import compare_cost_lines
 from mlbaseline.config import Config
 from mlbaseline.report import comparison as cmp
+from mlbaseline.report.headline import workload_text
 from mlbaseline.results import Result
 from mlbaseline.runners.compare_files import load_pair, run_compare
 from mlbaseline.safewrite import write_text
@@ -151,11 +152,13 @@ def _show_memory(doc: dict[str, Any], ui: Ui) -> None:
         ui.print(f"[bold]{escape(a['sentence'])}[/bold]")
 
 
-def _show(doc: dict[str, Any], ui: Ui) -> None:
+def _show(doc: dict[str, Any], ui: Ui, measured: str = "") -> None:
     if ui.quiet:
         return
     notes = Notes()
     ui.print(f"[bold]{escape(cmp.headline_text(doc))}[/bold]")
+    if measured:
+        ui.print(escape(measured))
     ui.print(_metric_table(doc, notes))
     notes.print(ui)
     ui.print(f"[dim]{cmp.threshold_text(doc)}[/dim]")
@@ -187,6 +190,13 @@ def _show(doc: dict[str, Any], ui: Ui) -> None:
     for line in cmp.difference_lines(doc):
         ui.print(f"[dim]{escape(line)}[/dim]")
     ui.print(cmp.summary_line(doc))
+
+
+def measured_line(old: Result, new: Result) -> str:
+    """What the two results measured (the report's "Measured" line), once where it is the
+    same: the headline's change is read against it."""
+    a, b = workload_text([old]), workload_text([new])
+    return f"measured: {a}" if a == b else f"measured: old {a}; new {b}"
 
 
 @dataclass(frozen=True)
@@ -242,9 +252,10 @@ def compare_command(common: CommonOptions, o: CompareOptions) -> None:
         return run_compare(o.old, o.new, cfg, o.allow_mismatch, ui.progress, o.allow or ()).result
 
     def render(result: Result, ui: Ui) -> None:
-        _show(result.data, ui)
+        pair = load_pair(o.old, o.new)
+        _show(result.data, ui, measured_line(*pair))
         if not ui.quiet:  # cost per 1k samples where a price is set (never invented)
-            for line in compare_cost_lines(*load_pair(o.old, o.new), result.config.get("cost")):
+            for line in compare_cost_lines(*pair, result.config.get("cost")):
                 ui.print(f"[dim]{escape(line)}[/dim]")
         if o.markdown is not None:
             write_text(o.markdown, cmp.render_markdown(result.data), force=common.force)

@@ -31,6 +31,7 @@ from mlbaseline.comparison.cost import cost_lines, energy_lines
 from mlbaseline.config import Config
 from mlbaseline.documents.data_throughput import Data, Noise, PartSummary
 from mlbaseline.errors import UsageError
+from mlbaseline.report.headline import workload_text
 from mlbaseline.results import Result
 from mlbaseline.runners.torchrun import failures_announced, torchrun_env
 
@@ -284,6 +285,7 @@ def replicate_lines(result: Result) -> list[str]:
 
 
 def print_summary(ui: Ui, result: Result) -> None:
+    ui.print(f"measured: {escape(workload_text([result]))}")  # what ran, before its figures
     ui.print(summary_table(result))
     for line in share_lines(result):  # what dominates the step, not only in the report
         ui.print(escape(line))

@@ -146,8 +146,8 @@ def _hashes(ctx: ReportContext) -> str:
     return ", ".join(f"`{h}` ({', '.join(dict.fromkeys(k))})" for h, k in kinds.items()) or "–"
 
 
-def measured_lines(ctx: ReportContext) -> list[str]:
-    """What was measured, in three lines a reader can check against what they meant to run."""
+def _measured(ctx: ReportContext) -> tuple[str, str]:
+    """(model or script, 'DATA, SHAPE, batch sizes …, on DEVICE'): what was measured."""
     w = _workload(ctx)
     data, facts = _dataset(ctx, w)
     model = w.get("model") or "model not recorded"
@@ -157,13 +157,23 @@ def measured_lines(ctx: ReportContext) -> list[str]:
         data, shape = "the script's own data", "input size not recorded"
         attach = (own.data.get("attach") or {}) if source_of(own) == ATTACH else {}
         model = str(attach.get("script") or model)
+    return str(model), f"{data}, {shape}, batch sizes {_batch_sizes(ctx)}, on {_device(ctx)}"
+
+
+def workload_text(results: Sequence[Result]) -> str:
+    """The same as the report's "Measured" line, as plain text for a terminal: `mlb
+    throughput`'s and `mlb attach`'s summary and `mlb compare`'s headline name what ran."""
+    model, rest = _measured(ReportContext(list(results), [None] * len(results)))
+    return f"{model} on {rest}"
+
+
+def measured_lines(ctx: ReportContext) -> list[str]:
+    """What was measured, in three lines a reader can check against what they meant to run."""
+    model, rest = _measured(ctx)
     times = [timestamp(r.created_at) for r in ctx.results if r.created_at]
     when = f"{min(times)} – {max(times)}" if len(set(times)) > 1 else (times[0] if times else "–")
     named = names_of([r.config for r in ctx.results])  # --name / --tag
-    measured = measured_ab(ctx) or (
-        f"- **Measured:** `{model}` on {data}, {shape}, batch sizes "
-        f"{_batch_sizes(ctx)}, on {_device(ctx)}"
-    )
+    measured = measured_ab(ctx) or f"- **Measured:** `{model}` on {rest}"
     return [
         *([f"- **Run:** `{named}`"] if named else []),
         measured,
