@@ -125,6 +125,35 @@ def test_ctrl_c_keeps_the_steps_so_far():
     assert len(res.records) == 7
 
 
+@pytest.mark.parametrize("where", ["on_step", "value"])
+def test_ctrl_c_between_steps_keeps_the_steps_so_far(where: str):
+    """A SIGTERM on a busy runner landed in the progress bar's redraw, between two steps: it
+    used to escape the loop and take every measured step with it."""
+    clock = ManualClock()
+
+    def progress(n: int, measuring: bool) -> None:
+        if where == "on_step" and n == 9:
+            raise KeyboardInterrupt
+
+    def value(v: float) -> float:
+        if where == "value" and clock.now_ns() > 0 and len(seen) == 9:
+            raise KeyboardInterrupt  # inside end(): the step being recorded is dropped
+        return v
+
+    seen: list[float] = []
+    step = scripted(flat_after([0.5, 0.3]), clock)
+
+    def counted() -> float:
+        v = step()
+        seen.append(v)
+        return v
+
+    res = run_steps(counted, RULE, value, clock, on_step=progress)
+    assert res.stop_reason == "interrupted"
+    assert len(res.records) == (9 if where == "on_step" else 8)
+    assert len(res.values) == len(res.records)
+
+
 def test_other_exceptions_propagate():
     def step() -> float:
         raise MemoryError("boom")

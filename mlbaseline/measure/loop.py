@@ -230,8 +230,11 @@ class StepLoop(Generic[T]):
             self.starts.pop()
 
     def end_early(self, reason: str) -> None:
-        """The loop ends without the rule: a step begun and not ended is dropped."""
+        """The loop ends without the rule: a step begun and not ended is dropped, and a step
+        `end()` was recording when the interrupt came (some of its lists longer) too."""
         self.drop()
+        n = min(len(self.records), len(self.values), len(self.ends))
+        del self.records[n:], self.values[n:], self.ends[n:], self.starts[n:]
         self.reason = self.reason or reason
 
     def result(self) -> LoopResult[T]:
@@ -268,14 +271,16 @@ def run_steps(
     progress. Ctrl-C ends the loop with stop_reason "interrupted" and keeps the steps so far;
     any other exception propagates (the caller records it, e.g. an out-of-memory)."""
     loop: StepLoop[T] = StepLoop(rule, clock, agree)
-    while not loop.done:
-        loop.begin()
-        try:
+    # the whole iteration, not only the step: a Ctrl-C or SIGTERM that lands between steps
+    # (in the stop rule, or the progress bar's redraw: a busy CI runner's window) also ends
+    # the loop with the steps so far, where it used to escape and take them all with it
+    try:
+        while not loop.done:
+            loop.begin()
             record = step()
-        except KeyboardInterrupt:
-            loop.end_early("interrupted")
-            break
-        loop.end(record, value(record))
-        if on_step is not None:
-            on_step(len(loop.records), loop.warmup is not None)
+            loop.end(record, value(record))
+            if on_step is not None:
+                on_step(len(loop.records), loop.warmup is not None)
+    except KeyboardInterrupt:
+        loop.end_early("interrupted")
     return loop.result()
