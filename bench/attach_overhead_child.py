@@ -29,6 +29,7 @@ Usage: attach_overhead_child.py hooks|telemetry ROUNDS N BATCH WIDTH [KEY=VALUEâ
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -123,13 +124,19 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
     installed = hooks.install(sink)
     sink.hooks = installed
 
+    run = int(os.environ.get("BENCH_ATTACH_RUN", "1"))  # steps a side of a pair
+
+    def steps(n: int) -> tuple[float, float]:
+        done = [step() for _ in range(n)]
+        return statistics.mean(w for w, _ in done), statistics.mean(c for _, c in done)
+
     def hooked() -> tuple[float, float]:
         installed.resume()
-        return step()
+        return steps(run)
 
     def plain() -> tuple[float, float]:
         installed.suspend()  # the same attributes set again: a type changed before either step
-        return step()
+        return steps(run)
 
     def pair(i: int) -> tuple[tuple[float, float], tuple[float, float]]:
         if i % 2 == 0:
@@ -147,13 +154,13 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
         cpu.append(statistics.mean(on[1] - off[1] for on, off in done))
         steps_s.append(statistics.median(off[0] for _, off in done))
     installed.uninstall()
-    steps = sink.steps
+    seen = sink.steps
     return {
         "step_s": statistics.median(steps_s),
         **_quartiles(wall),
         "cpu": _quartiles(cpu),
-        "steps_seen": len(steps),
-        "memory_steps": sum(s.memory is not None for s in steps),
+        "steps_seen": len(seen),
+        "memory_steps": sum(s.memory is not None for s in seen),
     }
 
 
