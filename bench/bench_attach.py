@@ -310,8 +310,8 @@ TEN_MS = 0.010  # the issue's reference step
 # step: the figure judged), hooked and plain steps alternating (`attach_overhead_child.py`),
 # a round the mean of 64 pairs: four of the measuring sink's 16-step batches of cutting and
 # one memory reading per round; on a narrow model beside it (0.4 ms steps: the least noise,
-# though the steps between leave the hooks' code no warmer than the wide model's). The sampler (rounds, steps a block, ...) over
-# ~1 s blocks (it wakes 10 times a second)
+# though the steps between leave the hooks' code no warmer than the wide model's). The
+# sampler (rounds, steps a block, ...) over ~1 s blocks (it wakes 10 times a second)
 WIDE = ("50", "64", "128", "1024")
 NARROW = ("50", "256", "8", "32")
 SAMPLER = ("40", "3000", "8", "32")
