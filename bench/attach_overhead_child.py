@@ -54,7 +54,7 @@ def loop(batch: int, width: int) -> Step:
     gives its wall time (data wait included) and the main thread's CPU time (the hooks run
     on it: their cost without the time the machine's other work took the core away)."""
     import torch
-    from bench_attach import bench_model
+    from bench_attach import bench_model, endless
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
@@ -62,17 +62,12 @@ def loop(batch: int, width: int) -> Step:
     ds = TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
     loader = DataLoader(ds, batch_size=batch, shuffle=True)
     model, opt = bench_model(width)  # bench/ is this script's folder, on sys.path
-    batches: Any = iter(loader)
+    batches = endless(loader)
     wall, cpu = time.perf_counter, time.thread_time
 
     def step() -> tuple[float, float]:
-        nonlocal batches
         t0, c0 = wall(), cpu()
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            x, y = next(batches)
+        x, y = next(batches)
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()

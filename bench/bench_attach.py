@@ -146,6 +146,12 @@ def bench_model(width: int = 1024) -> tuple[Any, Any]:
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
+def endless(loader: Any) -> Any:
+    """The loader's batches, epoch after epoch (the in-process figures' loops)."""
+    while True:
+        yield from loader
+
+
 def calibrate() -> tuple[float, int]:
     """The step's time here (as in SCRIPT, in this process) and the matmul size adding ~3% to
     it: measured at each candidate size in the script's own loop (its DataLoader, the matmul
@@ -161,18 +167,13 @@ def calibrate() -> tuple[float, int]:
     model, opt = bench_model()
     ds = TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
     loader = DataLoader(ds, batch_size=64, shuffle=True)
-    batches = iter(loader)
+    batches = endless(loader)
 
     def block(w: Any, n: int = 40) -> float:
-        nonlocal batches
         times = []
         for _ in range(n):
             t = time.perf_counter()
-            try:
-                x, y = next(batches)
-            except StopIteration:
-                batches = iter(loader)
-                x, y = next(batches)
+            x, y = next(batches)
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             if w is not None:
