@@ -60,9 +60,9 @@ MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the olde
 # still reads one), and a step slower than 0.2 s is read every time. A sink may read less
 # often after the first MEMORY_DENSE reads (`memory_every`, `memory_gap_s` attributes: the
 # measuring sink's one step in 64, at least every 1 s; a short run still has its readings): a
-# read step costs ~350 µs on the bench model, its cache cold (malloc's
-# counter walks the free chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read
-# ~60 µs), and it is cut as it comes, not logged (`Recorder._replay`)
+# read step costs ~350 µs on the bench model, its cache cold (malloc's counter walks the free
+# chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read ~60 µs), and it is cut as
+# it comes, not logged (`Recorder._replay`)
 MEMORY_EVERY = 16
 MEMORY_GAP_S = 0.2
 MEMORY_DENSE = 8
@@ -345,7 +345,7 @@ class Recorder:
         step before it, `opt_post`). Cutting ~10 boundaries a step in one go, many steps at
         a time, runs the cutter's code warm instead of cold between torch's work: `make
         bench`'s attach overhead."""
-        # a copy, the log itself cleared: it is the same list for good (the hot path holds it)
+        # a copy, the log cleared in place: one list for the recorder's life
         log = self._log[:]
         self._log.clear()
         self._logged = 0
