@@ -473,6 +473,9 @@ def test_cli_regression_exit_codes_and_fail_on(tmp_path):
     res = mlb(old, new)
     assert res.exit_code == 1, res.stderr
     assert "backward explains" in res.stderr
+    # under the headline, what the two files measured (read once by the comparison)
+    screen = " ".join(res.stderr.split())  # rich wraps the headline
+    assert "processes) measured: " in screen and "batch sizes 64, on cuda" in screen
     assert res.stdout == ""
     assert mlb(old, new, "--fail-on", "never").exit_code == 0
     assert mlb(old, new, "--fail-on", "any").exit_code == 1

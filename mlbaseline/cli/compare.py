@@ -17,7 +17,7 @@ from mlbaseline.config import Config
 from mlbaseline.report import comparison as cmp
 from mlbaseline.report.headline import workload_text
 from mlbaseline.results import Result
-from mlbaseline.runners.compare_files import load_pair, run_compare
+from mlbaseline.runners.compare_files import CompareRun, run_compare
 from mlbaseline.safewrite import write_text
 
 # --allow KEY, one spelling and help for `mlb compare`, `mlb history gate`, `mlb report --compare`
@@ -248,11 +248,14 @@ def compare_command(common: CommonOptions, o: CompareOptions) -> None:
         "compare.threshold": o.threshold,
     }
 
+    runs: list[CompareRun] = []  # the two files as measure() read them, for render()
+
     def measure(cfg: Config, ui: Ui) -> Result:
-        return run_compare(o.old, o.new, cfg, o.allow_mismatch, ui.progress, o.allow or ()).result
+        runs.append(run_compare(o.old, o.new, cfg, o.allow_mismatch, ui.progress, o.allow or ()))
+        return runs[-1].result
 
     def render(result: Result, ui: Ui) -> None:
-        pair = load_pair(o.old, o.new)
+        pair = (runs[-1].old, runs[-1].new)
         _show(result.data, ui, measured_line(*pair))
         if not ui.quiet:  # cost per 1k samples where a price is set (never invented)
             for line in compare_cost_lines(*pair, result.config.get("cost")):

@@ -66,9 +66,9 @@ def _dataset(ctx: ReportContext, w: Mapping[str, Any]) -> tuple[str, Mapping[str
         if data is not None and data.dataset is not None:
             facts = data.dataset.model_dump()
             break
-    name = str(w.get("dataset") or facts.get("type") or "dataset not recorded")
+    name = w.get("dataset") or facts.get("type")
     where = w.get("data_dir") or facts.get("root")
-    text = f"`{where}`" if where else f"{name} data"
+    text = f"`{where}`" if where else f"{name} data" if name else "data not recorded"
     parts = [f"{facts['len']} samples"] if facts.get("len") else []
     if w.get("num_classes"):
         parts.append(f"{w['num_classes']} classes")

@@ -201,7 +201,6 @@ class MeasureSink:
 
         self.cfg, self.emit, self.out, self.meta = cfg, emit, out, dict(meta)
         self.loop: StepLoop[Any] = StepLoop(StopRule.from_config(cfg.throughput), clock)
-        self.steps: list[hooks.HookStep] = []
         self.hooks: hooks.Hooks | None = None
         self.done = False
         self.result_path: Path | None = None
@@ -211,6 +210,11 @@ class MeasureSink:
         self.meter: Any = None
         self.workers_peak: int | None = None  # the DataLoader workers' summed VmHWM, at the end
         self._started = False
+
+    @property
+    def steps(self) -> list[hooks.HookStep]:
+        """Every step handed over so far: the loop's own records."""
+        return self.loop.records
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str], emit: Emit) -> MeasureSink:
@@ -222,8 +226,8 @@ class MeasureSink:
         return cls(cfg, emit, out, meta)
 
     def on_step(self, record: hooks.HookStep) -> None:
-        # the loop keeps the hook's own record (its step time the value the rules test): the
-        # stage timer's records are made once, for the result (`result`), not at every step
+        # the loop keeps the hook's own record (its step time the value the rules test; also
+        # `steps`): the stage timer's records are made once, for the result, not every step
         if self.done:
             return
         loop = self.loop
@@ -234,7 +238,6 @@ class MeasureSink:
         elif self.meter is not None:
             self.meter.update()
         warm = loop.warmup is not None
-        self.steps.append(record)
         loop.begin()
         loop.end(record, record.total_s)
         if not warm and loop.warmup is not None:

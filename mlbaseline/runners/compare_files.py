@@ -19,6 +19,8 @@ from mlbaseline.results import Result, load_result
 class CompareRun:
     comparison: Comparison
     result: Result  # kind "compare", ready to write
+    old: Result  # the two results compared, as read (validated) once
+    new: Result
 
 
 def same_input(old: Path, new: Path) -> bool:
@@ -69,7 +71,7 @@ def run_compare(
         progress=progress,
         allow=allow,
     )
-    return CompareRun(comparison, to_result(comparison, config.to_dict()))
+    return CompareRun(comparison, to_result(comparison, config.to_dict()), a, b)
 
 
 def file_label(result: Result, path: Path | str) -> str:
