@@ -9,6 +9,7 @@ import typer
 import typer.core
 
 from mlbaseline.cli.helptext import PlainGroup
+from mlbaseline.cli.streams import silence
 
 # the Click that Typer runs on: its own copy from Typer 0.2x (`typer._click`), Click before
 _CLICK: Any = getattr(typer.core, "_click", None) or getattr(typer.core, "click", None)
@@ -39,6 +40,9 @@ class RootGroup(PlainGroup):
             sys.exit(exc.exit_code)
         except typer.Abort:  # Click's own Abort, re-exported by Typer before 0.2x
             print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        except BrokenPipeError:  # stdout's reader left (`mlb … --json - | head`): files written
+            silence(sys.stdout)  # by then stay; nobody is left to read an error line
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 

@@ -37,6 +37,7 @@ from mlbaseline import config as cfgmod
 from mlbaseline import safewrite, scratch, stopping
 from mlbaseline.cli.app import app
 from mlbaseline.cli.helptext import PlainCommand, PlainGroup, choices
+from mlbaseline.cli.streams import ScreenStream
 from mlbaseline.cli.tables import StackTable, fit
 from mlbaseline.comparison.labels import check_label
 from mlbaseline.errors import ExitCode, MlbError, UsageError
@@ -183,7 +184,9 @@ class Ui:
 
 
 def make_ui(quiet: bool) -> Ui:
-    console = Console(stderr=True, quiet=quiet)
+    # stderr, through a stream that outlives its reader (`… 2>&1 | head`: the run still
+    # writes its result)
+    console = Console(file=ScreenStream(), stderr=True, quiet=quiet)
     return Ui(
         console=console, progress=NullProgress() if quiet else RichProgress(console), quiet=quiet
     )
