@@ -382,6 +382,28 @@ def _tiny_loop(steps: int, accum: int = 1) -> None:
         model.train()
 
 
+def test_a_nested_module_call_goes_where_torchs_own_call_sends_it(installed: Any) -> None:
+    """The patched call does torch's `_wrapped_call_impl` itself for a layer inside the
+    model's forward: a compiled layer's compiled call, else its `_call_impl`, same result."""
+    assert hooks._torch_call(torch.nn.Module._wrapped_call_impl)
+    assert not hooks._torch_call(lambda module: module)  # any other body is called, not copied
+    torch.manual_seed(0)
+    plain, compiled = torch.nn.Linear(4, 3), torch.nn.Linear(3, 3)
+    seen: list[int] = []
+
+    def compiled_call(*args: Any, **kwargs: Any) -> Any:
+        seen.append(len(args))
+        return compiled._call_impl(*args, **kwargs) * 2
+
+    compiled._compiled_call_impl = compiled_call
+    model = torch.nn.Sequential(plain, compiled)
+    x = torch.randn(2, 4)
+    want = compiled(plain(x))  # outside a timed interval: torch's own call, the compiled one
+    assert seen == [1]
+    got = model(x)  # a train forward: the two layers are nested calls
+    assert seen == [1, 1] and torch.equal(got, want)
+
+
 def test_real_loop_gives_one_record_per_optimizer_step(installed: Any) -> None:
     h, sink = installed
     _tiny_loop(10, accum=2)

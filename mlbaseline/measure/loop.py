@@ -76,6 +76,9 @@ class Decision:
     stop: str | None = None
 
 
+_UNDECIDED = Decision()  # frozen: one for every step still warming up
+
+
 @dataclass
 class LoopResult(Generic[T]):
     """Every step's record, split by `warmup` into warm-up and measured steps."""
@@ -134,7 +137,7 @@ class _Decider:
                 warmup_capped=True,
                 stop="max_time",
             )
-        return Decision()
+        return _UNDECIDED
 
     def stop(
         self, values: list[float], warmup: int, measured_s: float, elapsed_s: float
@@ -170,7 +173,8 @@ def _decide(
     if decision.warmup is not None and decision.stop is None:
         measured_s = (now - starts[decision.warmup]) / 1e9 if decision.warmup < len(values) else 0
         stop = decider.stop(values, decision.warmup, measured_s, elapsed)
-        decision = Decision(decision.warmup, decision.warmup_capped, stop)
+        if stop is not None:  # (a Decision made only when it says more: this runs every step)
+            decision = Decision(decision.warmup, decision.warmup_capped, stop)
     return decision
 
 
@@ -198,6 +202,7 @@ class StepLoop(Generic[T]):
         self.capped = False
         self.reason = ""  # set once the loop is over: a STOP_REASONS entry or end_early's
         self._decider = _Decider(rule)
+        self._held = _UNDECIDED  # the warm-up so far, as a Decision (made again when it moves)
         self._t0 = self.clock.now_ns()
 
     @property
@@ -214,7 +219,9 @@ class StepLoop(Generic[T]):
         self.values.append(float(value))
         now = self.clock.now_ns()
         self.ends.append(now)
-        held = Decision(self.warmup, self.capped)
+        held = self._held
+        if held.warmup != self.warmup or held.warmup_capped != self.capped:
+            held = self._held = Decision(self.warmup, self.capped)
         decision = _decide(self._decider, held, self.values, self.starts, now, self._t0)
         if self.agree is not None:
             decision = self.agree(decision)

@@ -53,6 +53,8 @@ LABEL = {
     "opt": "optimizer",
     "aux": "optimizer",
 }
+_ZERO_STAGES = dict.fromkeys(STAGES, 0.0)  # copied for each step's record
+_MINE = frozenset((MLB, MEMREAD))
 MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
 # On the host clock, a step's memory is read on every MEMORY_EVERY-th step, and on any step
 # that begins MEMORY_GAP_S or more after the last read one began: a held size or a peak is
@@ -81,7 +83,7 @@ _BEGIN, _END, _CLOSURE_END, _BEGIN_CLOSURE = 0, 1, 2, 3
 MAX_LOG = 512
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one is made every step, and frozen's init is 4x dearer
 class HookStep:
     """One training step as the hooks saw it, in seconds: the step interval (eval left out),
     each stage (all of STAGES, 0 where absent), the eval time inside the interval (kept
@@ -125,7 +127,7 @@ class _Seg:
     c: Any = None  # host clock: the mark after the reading at `b` (b → c: mlb's, cut out)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Closed:
     segs: list[_Seg]
     micro_batches: int
@@ -134,7 +136,7 @@ class _Closed:
     memory: StepMemory | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Step:
     """The step being cut: its segments since the previous step's end."""
 
@@ -624,15 +626,15 @@ class Recorder:
         return last is None or self.marker.seconds(oldest_end, last) >= HANDOVER_GAP_S
 
     def _resolve(self, closed: _Closed) -> HookStep:
-        stages = dict.fromkeys(STAGES, 0.0)
-        held = dict.fromkeys(STAGES, 0)
+        stages = dict(_ZERO_STAGES)
         memory = closed.memory
+        held = dict.fromkeys(STAGES, 0) if memory is not None else None
         total = eval_s = 0.0
         seconds = self.marker.seconds
         ns = isinstance(self.marker, CpuMarker)  # nanoseconds: subtracted here, no call a segment
         for seg in closed.segs:
             label = seg.label
-            if label in (MLB, MEMREAD):  # mlb's own time (seg.c too): in no step
+            if label in _MINE:  # mlb's own time (seg.c too): in no step
                 continue
             d = (seg.b - seg.a) / 1e9 if ns else seconds(seg.a, seg.b)
             if seg.eval:
@@ -641,20 +643,21 @@ class Recorder:
             total += d
             if label in stages:
                 stages[label] += d
-                if memory is not None and seg.mb > seg.ma:
+                if held is not None and seg.mb > seg.ma:
                     held[label] += seg.mb - seg.ma
         samples = closed.samples
         if memory is not None:
             memory = replace(memory, held=held)
+        # positional: this runs every step
         return HookStep(
-            total_s=total,
-            stages=stages,
-            eval_s=eval_s,
-            micro_batches=closed.micro_batches,
-            samples=sum(samples),
-            boundary=closed.boundary,
-            batch_size=samples[0] if samples else 0,
-            memory=memory,
+            total,
+            stages,
+            eval_s,
+            closed.micro_batches,
+            sum(samples),
+            closed.boundary,
+            samples[0] if samples else 0,
+            memory,
         )
 
 
