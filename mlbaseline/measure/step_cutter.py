@@ -55,6 +55,8 @@ LABEL = {
 }
 _ZERO_STAGES = dict.fromkeys(STAGES, 0.0)  # copied for each step's record
 _MINE = frozenset((MLB, MEMREAD))
+_UPDATE = ("opt", "aux")  # an optimizer step, or a zero_grad / clipping / scheduler step
+_OPT_BEGIN = ("opt", "begin")
 MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
 # On the host clock, a step's memory is read on every MEMORY_EVERY-th step, and on any step
 # that begins MEMORY_GAP_S or more after the last read one began: a held size or a peak is
@@ -369,7 +371,7 @@ class Recorder:
     def _begin_cut(self, kind: str, samples: int | None, closure: bool, mark: Any) -> None:
         """The cut at an outermost interval's start (`mark`: its logged mark; None: now)."""
         if closure:
-            self._prev = ("opt", "begin")
+            self._prev = _OPT_BEGIN
         step = self._step
         if step.candidate is not None:
             if kind == "opt":  # a second optimizer in the same step: the step goes on
@@ -380,11 +382,18 @@ class Recorder:
             elif kind != "aux":
                 self._close(step.candidate, "optimizer")
                 step = self._step
+        # each helper called only where it may act (this runs ~5 times a step): an eval edge
+        # at an eval forward or inside an eval stretch, a window before an update, a label
+        # other than residual in one of `_gap`'s cases
         if kind == "efwd":
             self._eval_edge(kind)  # the time up to an eval forward is eval's
-        self._open_window(kind)
-        self._cut(self._gap(kind), mark)
-        if kind != "efwd":
+        if kind in _UPDATE:
+            self._open_window(kind)
+        if self._in_loss or kind in _UPDATE or self.mode == "backward" or self._prev == _OPT_BEGIN:
+            self._cut(self._gap(kind), mark)
+        else:
+            self._cut(RESIDUAL, mark)
+        if self._eval and kind != "efwd":
             self._eval_edge(kind)  # the time up to a train forward's data is eval's
         self._undo = (self._prev, self._pending)  # an h2d that moves nothing was none
         if kind in ("data", "h2d") and self._pending is None:
@@ -465,7 +474,7 @@ class Recorder:
             return "loss"  # a forward's end to its backward's start (a zero_grad is cut out)
         if self.mode == "backward" and not step.forward_seen:
             return "optimizer"  # the manual update: backward's end to the next forward
-        if prev == ("opt", "begin"):
+        if prev == _OPT_BEGIN:
             return "optimizer"  # inside optimizer.step(closure), before the closure's forward
         if kind in ("opt", "aux") and self._window is not None and step.candidate is None:
             return "optimizer"  # the last backward's end to the update (an h2d cut out)
