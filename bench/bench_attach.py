@@ -344,12 +344,17 @@ def paired_rows() -> list[Row]:
     added, share = wide["added_s"], sampler["cpu_share"]
     total = added + share * TEN_MS
     wq, nq, cpu = wide["added_q"], narrow["added_q"], wide["cpu"]
+    settle = wide.get("settle_s", float("nan"))
     rows = [
         Row(SECTION, "attach hooks + measuring sink + memory readings: added to the mean step "
             f"on the bench script's model, hooked and plain steps alternating ({WIDE[0]} rounds "
             f"of {WIDE[1]} pairs, a {secs(wide['step_s'])} step; memory read on "
             f"{wide['memory_steps']} of {wide['steps_seen']} steps)", f"{_us(added)} (quartiles "
             f"of the rounds {_us(wq[0])} to {_us(wq[-1])})", "beside it", None),
+        Row(SECTION, "the measuring sink's cut at the end (when the stop rule is met, after "
+            "the measured steps; the bench's every hooked step at once)", f"{secs(settle)} for "
+            f"{wide['steps_seen']} steps = {_us(settle / max(wide['steps_seen'], 1))} a step",
+            "beside it", None),
         Row(SECTION, "the same as the main thread's CPU time per step (the hooks' own work, "
             "without the time other work took the core)", f"{_us(cpu['added_s'])} (quartiles "
             f"{_us(cpu['added_q'][0])} to {_us(cpu['added_q'][-1])})", "beside it", None),

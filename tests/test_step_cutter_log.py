@@ -16,22 +16,25 @@ from mlbaseline.measure.step_cutter import MAX_LOG, CpuMarker, HookStep, Recorde
 
 
 class Sink:
-    def __init__(self, every: int) -> None:
+    def __init__(self, every: int, settle: bool = False) -> None:
         self.steps: list[HookStep] = []
         self.handover_every = every
+        self.settle_at_end = settle
+        self.totals: list[float] = []  # each step's total as the sink first saw it
 
     def on_step(self, record: HookStep) -> None:
         self.steps.append(record)
+        self.totals.append(record.total_s)
 
 
 class Run:
     """One recorder on a manual clock; each span's length and allocation drawn from `rng`
     (two runs with the same seed see the same loop)."""
 
-    def __init__(self, every: int, seed: int, memory: bool) -> None:
+    def __init__(self, every: int, seed: int, memory: bool, settle: bool = False) -> None:
         self.clock = ManualClock()
         self.rng = random.Random(seed)
-        self.sink = Sink(every)
+        self.sink = Sink(every, settle)
         self.mem = FakeMemory(self.clock)
         memory_for = (lambda kind: self.mem) if memory else None
         self.rec = Recorder(self.sink, CpuMarker(self.clock), memory_for)
@@ -128,6 +131,7 @@ SCENARIOS: dict[str, Callable[[Run], None]] = {
 def test_logged_boundaries_cut_later_give_the_same_records(name: str, memory: bool) -> None:
     scenario = SCENARIOS[name]
     runs = [Run(every, seed=7, memory=memory) for every in (1, 4, 16)]
+    runs.append(Run(16, seed=7, memory=memory, settle=True))  # cut only at the end
     logged = []
     replay = runs[2].rec._replay
 
@@ -136,6 +140,14 @@ def test_logged_boundaries_cut_later_give_the_same_records(name: str, memory: bo
         replay()
 
     runs[2].rec._replay = counted  # type: ignore[method-assign]
+    settled = []  # the settling run's cuts: one, at its flush
+    cut_at_end = runs[3].rec._replay
+
+    def once() -> None:
+        settled.append(len(runs[3].rec._log))
+        cut_at_end()
+
+    runs[3].rec._replay = once  # type: ignore[method-assign]
     for r in runs:
         for _ in range(60):
             scenario(r)
@@ -145,6 +157,16 @@ def test_logged_boundaries_cut_later_give_the_same_records(name: str, memory: bo
     assert len(eager) >= 55
     for steps in batched:
         assert steps == eager
+    # the sink that settles at the end saw each step's total first from the log's marks alone
+    # (its stop rule's value): the same, but where a step's interval held an eval stretch
+    seen, final = runs[3].sink.totals, [s.total_s for s in eager]
+    for first, step in zip(seen, eager, strict=True):
+        near = {"rel": 1e-9, "abs": 1e-12}
+        assert first == pytest.approx(step.total_s, **near) or (
+            step.eval_s > 0 and first == pytest.approx(step.total_s + step.eval_s, **near)
+        )
+    assert len(seen) == len(final)
+    assert len(settled) == 1 and settled[0] > 5 * len(eager)  # the whole run's boundaries
     if memory:  # the readings are on the same steps, and some steps are read
         assert 0 < sum(s.memory is not None for s in eager) < len(eager)
     assert sum(logged) > 2 * len(eager)
@@ -155,3 +177,28 @@ def test_a_sink_that_takes_each_step_at_once_is_cut_as_it_comes() -> None:
     for _ in range(5):
         plain(r)
     assert not r.rec._lazy and not r.rec._log
+
+
+def test_a_sink_that_settles_when_its_rule_is_met_has_every_record_filled() -> None:
+    """The measuring sink's stop rule is met inside a tally (a record known by its total
+    alone): it turns the recorder off and flushes it, which cuts the whole log; each record
+    it was handed is then whole, and the steps after the stop are not handed over."""
+    r = Run(16, seed=3, memory=True, settle=True)
+    got: list[HookStep] = []
+
+    class Stopping:
+        def on_step(self, record: HookStep) -> None:
+            if r.rec.off:
+                return
+            got.append(record)
+            if len(got) == 40:
+                r.rec.off = True
+                r.rec.flush(block=True)
+
+    r.rec.sink = Stopping()  # type: ignore[assignment]
+    for _ in range(70):
+        plain(r)
+    assert len(got) == 40 and not r.rec._unfilled and not r.rec._settling
+    assert all(s.stages["forward"] > 0 and s.stages["backward"] > 0 for s in got)
+    assert all(s.total_s > 0 and s.residual_s >= -1e-12 for s in got)
+    assert any(s.memory is not None for s in got[10:])  # read steps logged, then cut

@@ -14,47 +14,55 @@ carries the bytes held at its two ends and a stage's held bytes are the sum over
 end − start (0 where a segment freed more than it allocated: the recorder's own rule); the
 recorder's step (`begin_step` / `end_step`: the peak, the reserved pool) runs from one step's
 close to the next. On the host clock each reading's own time is cut out of the step, like the
-sink's: a mark after it (`_Seg.c`; after the peak's, a `memread` segment), in no stage and not in
+sink's: a mark after it (`Seg.c`; after the peak's, a `memread` segment), in no stage and not in
 the residual, because it is mlb's cost, not the script's (counted in the residual it was 3–10% of
 a small script's step and hid what the script itself leaves unclaimed; `make bench`'s `attach`
 section measures it); on CUDA events the host-side reads take no device time.
 
 The hot path (a sink with `handover_every` > 1 on the host clock, once steps are optimizer
 steps): a boundary is logged, a mark and an append, and the logged boundaries are cut later at
-their own marks, many steps at a time, by the same code (`Recorder._replay`); a step whose
-memory is read is cut as it comes. The records are the same either way
-(`tests/test_step_cutter_log.py`).
+their own marks, many steps at a time, by the same code (`Recorder._replay`). On a step whose
+memory is read the hot path also takes the readings the cut would take (after each mark, and
+at the step's close: `Recorder._log_boundary`), and the cut uses them. A sink that settles at
+the end (MAX_SETTLE_LOG) has the whole log cut once, its stop rule fed each step's total from
+the marks meanwhile. The records are the same either way (`tests/test_step_cutter_log.py`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from mlbaseline.measure.marks import CpuMarker, CudaMarker, Marker
-from mlbaseline.measure.memory_step import StepMemory, StepMemoryRecorder
+from mlbaseline.measure.memory_step import StepMemoryRecorder
+from mlbaseline.measure.step_log import (
+    _BEGIN,
+    _BEGIN_CLOSURE,
+    _CLOSURE_END,
+    _END,
+    _MLB,
+    _READ,
+    MAX_LOG,
+    MAX_SETTLE_LOG,
+    open_tally,
+    tally,
+)
+from mlbaseline.measure.step_types import (
+    EVAL,
+    LABEL,
+    MEMREAD,
+    MLB,
+    RESIDUAL,
+    STAGES,
+    Closed,
+    HookStep,
+    OpenStep,
+    Seg,
+    Sink,
+    resolve,
+)
 
-STAGES = ("data_wait", "h2d", "forward", "loss", "backward", "optimizer")
-RESIDUAL = "residual"
-EVAL = "eval"
-MLB = "mlb"  # the sink's own time inside a hook: in no step
-MEMREAD = "memread"  # a memory reading's own time: mlb's cost, in no step (like MLB)
-# each interval's stage; "lossmod" is a loss module's call (inside the loss stage), "efwd" an
-# eval forward, "aux" zero_grad or gradient clipping
-LABEL = {
-    "data": "data_wait",
-    "h2d": "h2d",
-    "fwd": "forward",
-    "efwd": "forward",
-    "lossmod": "loss",
-    "bwd": "backward",
-    "opt": "optimizer",
-    "aux": "optimizer",
-}
-_ZERO_STAGES = dict.fromkeys(STAGES, 0.0)  # copied for each step's record
-_MINE = frozenset((MLB, MEMREAD))
 _UPDATE = ("opt", "aux")  # an optimizer step, or a zero_grad / clipping / scheduler step
 _OPT_BEGIN = ("opt", "begin")
 MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
@@ -65,8 +73,8 @@ MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the olde
 # often after the first MEMORY_DENSE reads (`memory_every`, `memory_gap_s` attributes: the
 # measuring sink's one step in 64, at least every 1 s; a short run still has its readings): a
 # read step costs ~350 µs on the bench model, its cache cold (malloc's counter walks the free
-# chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read ~60 µs), and it is cut as
-# it comes, not logged (`Recorder._replay`)
+# chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read ~60 µs); on the hot path
+# its readings go into the log with its marks (`Recorder._log_boundary`)
 MEMORY_EVERY = 16
 MEMORY_GAP_S = 0.2
 MEMORY_DENSE = 8
@@ -79,76 +87,6 @@ MEMORY_DENSE = 8
 # a mark and an append, and the cutting runs N steps at a time
 HANDOVER_GAP_S = 0.25
 HANDOVER_GAP_NS = int(HANDOVER_GAP_S * 1e9)  # the host clock's marks are nanoseconds
-# the hot path's log (`Recorder._replay`): its events, and at most this many before they are
-# cut (a long eval stretch has no optimizer step to end it)
-_BEGIN, _END, _CLOSURE_END, _BEGIN_CLOSURE = 0, 1, 2, 3
-MAX_LOG = 512
-
-
-@dataclass(slots=True)  # not frozen: one is made every step, and frozen's init is 4x dearer
-class HookStep:
-    """One training step as the hooks saw it, in seconds: the step interval (eval left out),
-    each stage (all of STAGES, 0 where absent), the eval time inside the interval (kept
-    apart), micro-batches (backwards per optimizer step), samples (the batch size seen at the
-    first forward of each micro-batch, summed) and the step's boundary ("optimizer", or
-    "backward" for a manual update)."""
-
-    total_s: float
-    stages: dict[str, float]
-    eval_s: float = 0.0
-    micro_batches: int = 1
-    samples: int = 0
-    boundary: str = "optimizer"
-    batch_size: int = 0  # samples of the step's first micro-batch
-    memory: StepMemory | None = None  # held bytes per stage, the step's peak (with a recorder)
-
-    @property
-    def residual_s(self) -> float:
-        return self.total_s - sum(self.stages.values())
-
-
-class Sink(Protocol):
-    """Where step records go (`runners.attach_child`'s measuring sink, or the A/B turns').
-    An optional `handover_every: int` attribute batches the hand-over (see HANDOVER_GAP_S);
-    without it each step is handed over at the next step's first boundary. Optional
-    `memory_every: int` and `memory_gap_s: float` set how often a step's memory is read on
-    the host clock after the first MEMORY_DENSE reads (MEMORY_EVERY, MEMORY_GAP_S before
-    them and without them)."""
-
-    def on_step(self, record: HookStep) -> None: ...
-
-
-@dataclass(slots=True)
-class _Seg:
-    label: str
-    a: Any
-    b: Any
-    eval: bool = False
-    ma: int = 0  # bytes held at `a` and at `b` (with a memory recorder)
-    mb: int = 0
-    c: Any = None  # host clock: the mark after the reading at `b` (b → c: mlb's, cut out)
-
-
-@dataclass(slots=True)
-class _Closed:
-    segs: list[_Seg]
-    micro_batches: int
-    samples: list[int]
-    boundary: str
-    memory: StepMemory | None = None
-
-
-@dataclass(slots=True)
-class _Step:
-    """The step being cut: its segments since the previous step's end."""
-
-    segs: list[_Seg] = field(default_factory=list)
-    backwards: int = 0
-    samples: list[int] = field(default_factory=list)
-    need_samples: bool = True  # the next train forward starts a micro-batch
-    forward_seen: bool = False
-    candidate: int | None = None  # segments up to here end the step (after an optimizer step)
-    cut: int | None = None  # before a mode is known: where the first backward ended
 
 
 class Recorder:
@@ -187,26 +125,47 @@ class Recorder:
         self.mode = "undecided"  # "optimizer" | "backward" once known
         self.optimizers = 0
         self.marker_chosen = False
-        self._step = _Step()
+        self._step = OpenStep()
         self._last: Any = None  # the last boundary's mark
         self._prev = ("start", "end")  # the last boundary: (kind, "begin" | "end")
         self._eval = False
         self._pending: int | None = None  # first data segment since the last other interval
-        self._queue: deque[_Closed] = deque()
+        self._queue: deque[Closed] = deque()
         # a step closed since the hand-over was last looked at, or one waits for its marks:
         # the boundaries look again (one attribute read each, not the hand-over's tests)
         self._due = False
         self._closure = False  # an optimizer step's closure is running
-        # boundaries logged by the hot path, (op, kind, arg, mark), cut at the step's
-        # optimizer step (`_replay`); `_lazy`: the next boundary is logged, not cut
-        self._log: list[tuple[int, str, Any, Any]] = []
-        self._lazy = False
-        self._logged = 0  # optimizer steps in the log
+        self._init_log(sink)
         self._read_next = False  # the step that begins next has its memory read
         self._in_loss = False  # after a train forward, before its backward
         self._training = False  # a backward or an optimizer step has been seen
         self._window: int | None = None  # the first segment since the last backward's end
         self._undo: tuple[tuple[str, str], int | None] = (self._prev, None)
+
+    def _init_log(self, sink: Sink) -> None:
+        """The hot path's state: its log, its memory readings, settling at the end."""
+        # boundaries logged by the hot path, (`measure.step_log`), cut at the step's
+        # optimizer step (`_replay`); `_lazy`: the next boundary is logged, not cut
+        self._log: list[tuple[int, str, Any, Any, Any]] = []
+        self._lazy = False
+        self._max_log = MAX_LOG
+        # the hot path's memory readings (see `_log_boundary`): the step being read (its
+        # recorder), whether the step that begins at the next close is read, and whether an
+        # optimizer step has ended and the next boundary that is no update closes the step
+        self._hot_read: StepMemoryRecorder | None = None
+        self._hot_next = False
+        self._hot_closing = False
+        # a `_READ` entry's readings, for the close that follows it (`_close`, `_apart`)
+        self._given: tuple[Any, Any, Any] | None = None
+        # settling at the end (MAX_SETTLE_LOG): the log's entries already tallied, the open
+        # step's tally (start, candidate end, last mark, time left out before and after the
+        # candidate), the records handed over and not yet filled
+        self._settle = bool(getattr(sink, "settle_at_end", False))
+        self._settling = False
+        self._tallied = 0
+        self._tally_state: list[Any] = []
+        self._unfilled: deque[HookStep] = deque()
+        self._logged = 0  # optimizer steps in the log
 
     # ------------------------------------------------------------ events
 
@@ -228,9 +187,10 @@ class Recorder:
         if marker is None or marker is self.marker:
             return
         self._log.clear()  # the old clock's marks: dropped
-        self._lazy, self._logged = False, 0
-        self._read_next = False
-        self.marker, self._last, self._step = marker, None, _Step()
+        self._lazy, self._logged, self._tallied = False, 0, 0
+        self._read_next = self._hot_next = self._hot_closing = False
+        self._hot_read = self._given = None
+        self.marker, self._last, self._step = marker, None, OpenStep()
         if self._memory_for is not None:
             self.memory = self._memory_src = self._memory_for(marker.kind)
             self._memory_skip, self._memory_at = 0, None
@@ -246,8 +206,11 @@ class Recorder:
             # cold caches a training step leaves (`make bench`'s attach overhead)
             self.open, self.busy = kind, kind != "opt"
             log = self._log
-            log.append((_BEGIN, kind, samples, self.marker.mark()))
-            if len(log) >= MAX_LOG:
+            if self._hot_closing or self._hot_read is not None:
+                self._log_boundary(_BEGIN, kind, samples)
+            else:
+                log.append((_BEGIN, kind, samples, self.marker.mark(), None))
+            if len(log) >= self._max_log:
                 self._replay()
             return True
         if self.off:
@@ -262,8 +225,8 @@ class Recorder:
             self._closure = closure = True
         self.open, self.busy = kind, kind != "opt"
         if self._lazy:
-            self._log.append((_BEGIN_CLOSURE, kind, samples, self.marker.mark()))
-            if len(self._log) >= MAX_LOG:
+            self._log_boundary(_BEGIN_CLOSURE, kind, samples)
+            if len(self._log) >= self._max_log:
                 self._replay()
             return True
         self._begin_cut(kind, samples, closure, None)
@@ -279,7 +242,10 @@ class Recorder:
             return
         kind, self.open, self.busy = self.open, None, False
         if self._lazy:
-            self._log.append((_END, kind, keep, self.marker.mark()))
+            if self._hot_read is None:
+                self._log.append((_END, kind, keep, self.marker.mark(), None))
+            else:
+                self._log_boundary(_END, kind, keep)
             return
         self._end_cut(kind, keep, None)
         self._after_event()
@@ -288,9 +254,12 @@ class Recorder:
         """An optimizer step returned (its post hook)."""
         if self._lazy and self.open == "opt" and not self.inner and not self.off:
             # the hot path: the step's end, logged (as `end()` would) and decided at once
-            mark = self.marker.mark()
             self.open = None
-            self._log.append((_END, "opt", True, mark))
+            if self._hot_read is None:
+                mark = self.marker.mark()
+                self._log.append((_END, "opt", True, mark, None))
+            else:
+                mark = self._log_boundary(_END, "opt", True)
             self._step_end(mark)
             return
         if self.off:
@@ -301,7 +270,7 @@ class Recorder:
             # the step ran a closure: the optimizer stage is its last backward's end to here
             self._closure = False
             if self._lazy:
-                self._log.append((_CLOSURE_END, "opt", None, self.marker.mark()))
+                self._log_boundary(_CLOSURE_END, "opt", None)
             else:
                 self._closure_end_cut(None)
                 self._after_event()
@@ -312,16 +281,23 @@ class Recorder:
 
     def _step_end(self, mark: int) -> None:
         """An optimizer step's end on the host clock, once steps are optimizer steps: is the
-        next step's memory read (its boundaries are then cut as they come), and are the
-        logged steps due to be cut (and handed over)?"""
+        next step's memory read (the hot path then takes its readings), and are the logged
+        steps due to be cut and handed over (or, settling at the end, tallied)?"""
         read = self._memory_src is not None and self._memory_due(mark)
+        if self._lazy:  # the hot path takes the close's readings (`_log_boundary`)
+            self._hot_closing = True
+            # (a second optimizer's step in the same step keeps the first one's "read")
+            self._hot_next = self._hot_next or read
+        elif read:
+            self._read_next = True
         log = self._log
-        if log:
+        if len(log) > self._tallied:
             self._logged += 1
-            if read or self._logged >= self._every or mark - log[0][3] >= HANDOVER_GAP_NS:
-                self._replay()
-        if read:  # (a second optimizer's step in the same step keeps the first one's "read")
-            self._read_next, self._lazy = True, False
+            if self._logged >= self._every or mark - log[self._tallied][3] >= HANDOVER_GAP_NS:
+                if self._settling:
+                    self._tally()
+                else:
+                    self._replay()
 
     # ------------------------------------------------------------ the hot path's log
 
@@ -330,45 +306,128 @@ class Recorder:
         may be logged (see `_replay`)."""
         if self._due:
             self._drain()
-        self._lazy = (
+        lazy = (
             self._every > 1  # a sink that takes each step at the next step's first boundary
             and self.mode == "optimizer"
-            and self.memory is None
-            and not self._read_next
             and self.marker.kind == "cpu"
         )
+        if lazy and not self._lazy:
+            self._take_over()
+        self._lazy = lazy
+
+    def _take_over(self) -> None:
+        """The hot path logs from here on: it carries on the cutter's memory readings (the
+        step being read, the next one's decision, a close to come), and a sink that settles at
+        the end has the steps cut so far handed over and the open step's tally begun."""
+        self._hot_read, self._hot_next = self.memory, self._read_next
+        self._read_next = False
+        self._hot_closing = self._step.candidate is not None
+        if not self._settle or self.off:
+            return
+        if self._queue:
+            self._handover()
+        self._settling, self._max_log, self._tallied = True, MAX_SETTLE_LOG, len(self._log)
+        self._tally_state = open_tally(self._step.segs, self._step.candidate, self._last)
+
+    def _log_boundary(self, op: int, kind: str, arg: Any) -> Any:
+        """Log a boundary where the hot path has more to do than append it: the first
+        boundary after an optimizer step that is no update closes the step (the close's
+        memory readings are taken here, in the order the cut takes them: `_log_close`), and
+        in a step whose memory is read each mark is followed by a reading and a second mark
+        (the reading's own time, cut out). Returns the boundary's mark."""
+        if self._hot_closing and op in (_BEGIN, _BEGIN_CLOSURE) and kind != "aux":
+            self._hot_closing = False  # an optimizer step: the step goes on, else it closes
+            if kind != "opt" and (self._hot_read is not None or self._hot_next):
+                self._log_close()
+        mark = self.marker.mark()
+        reading = self._hot_read
+        if reading is None:
+            self._log.append((op, kind, arg, mark, None))
+        else:
+            held = reading.current()
+            self._log.append((op, kind, arg, mark, (held, self.marker.mark())))
+        return mark
+
+    def _log_close(self) -> None:
+        """The readings `_close` takes where memory is read on either side of a close (the
+        closed step's peak; the next step's start), then `_apart`'s mark: a `_READ` entry."""
+        closing = self._hot_read
+        upcoming = self._memory_src if self._hot_next else None
+        self._hot_next = False
+        memory = closing.end_step() if closing is not None else None
+        held = None
+        if upcoming is not None:
+            upcoming.begin_step()
+            if closing is None:
+                held = upcoming.current()
+        self._hot_read = upcoming
+        readings = (memory, held, upcoming is not None)
+        self._log.append((_READ, "", readings, self.marker.mark(), None))
 
     def _replay(self) -> None:
         """Cut the logged boundaries, in order, at their logged marks, then cut the time
         this took out of the step (mlb's, like the sink's). The hot path logs a boundary
-        instead of cutting it on the host clock, once steps are optimizer steps, in steps
-        whose memory is not read: the step is cut (and handed over) at an optimizer step, a
-        sink's `handover_every` steps at a time (or HANDOVER_GAP_S after the oldest), or
-        before a step whose memory is read, whose boundaries are cut as they come (the
-        readings need the boundary's moment; which step is read is decided at the optimizer
-        step before it, `opt_post`). Cutting ~10 boundaries a step in one go, many steps at
-        a time, runs the cutter's code warm instead of cold between torch's work: `make
-        bench`'s attach overhead."""
+        instead of cutting it on the host clock, once steps are optimizer steps: the step is
+        cut (and handed over) at an optimizer step, a sink's `handover_every` steps at a
+        time (or HANDOVER_GAP_S after the oldest); a step whose memory is read has its
+        readings in the log (`_log_boundary`), taken at the boundary's moment. Cutting ~10
+        boundaries a step in one go, many steps at a time, runs the cutter's code warm
+        instead of cold between torch's work: `make bench`'s attach overhead. A replay ends
+        settling at the end (MAX_SETTLE_LOG): the records handed over by their totals are
+        filled in (`flush`), and hand-overs go on as for any batched sink."""
         # a copy, the log cleared in place: one list for the recorder's life
         log = self._log[:]
         self._log.clear()
-        self._logged = 0
-        for op, kind, arg, mark in log:
+        self._logged = self._tallied = 0
+        if self._settling:  # settled: hand-overs from here go on as for any batched sink
+            self._settling, self._max_log = False, MAX_LOG
+        for op, kind, arg, mark, extra in log:
             if op in (_BEGIN, _BEGIN_CLOSURE):
-                self._begin_cut(kind, arg, op == _BEGIN_CLOSURE, mark)
+                self._begin_cut(kind, arg, op == _BEGIN_CLOSURE, mark, extra)
             elif op == _END:
-                self._end_cut(kind, arg, mark)
-            else:
-                self._closure_end_cut(mark)
+                self._end_cut(kind, arg, mark, extra)
+            elif op == _CLOSURE_END:
+                self._closure_end_cut(mark, extra)
+            elif op == _READ:  # the next close's readings, taken when it came
+                memory, held, self._read_next = arg
+                self._given = (memory, held, mark)
+            else:  # _MLB: a tally's time (`_drain`'s reading after it, where memory is read)
+                if arg is not None:
+                    self._held = arg
+                if self._last is not None:
+                    self._step.segs.append(Seg(MLB, self._last, mark))
+                self._last = mark
+        self._given = None
         if self._last is not None and not self.off:
             mark = self.marker.mark()
-            self._step.segs.append(_Seg(MLB, self._last, mark))
+            self._step.segs.append(Seg(MLB, self._last, mark))
             self._last = mark
         self._after_event()
 
+    def _tally(self) -> None:
+        """Settling at the end: each step closed in the log since the last tally gets its
+        total from the marks alone (its interval less the time in no step: mlb's, a
+        reading's tail; an eval stretch stays in, where the cut will take it out) and goes to
+        the sink as a record the cut fills in (`flush`). The closes are the cutter's: the
+        first boundary after an optimizer step that is no update (a second optimizer's step:
+        the step goes on). The tally's own time is logged as mlb's."""
+        log = self._log
+        totals = tally(log, self._tallied, self._tally_state)
+        self._tallied, self._logged = len(log), 0
+        for total in totals:
+            record = HookStep(total / 1e9, {})
+            self._unfilled.append(record)
+            self.sink.on_step(record)
+            if not self._settling:  # the sink settled the log (its stop rule was met)
+                return
+        held = self._hot_read.current() if self._hot_read is not None else None
+        log.append((_MLB, "", held, self.marker.mark(), None))
+
     # ------------------------------------------------------------ cutting one boundary
 
-    def _begin_cut(self, kind: str, samples: int | None, closure: bool, mark: Any) -> None:
+    def _begin_cut(
+        self, kind: str, samples: int | None, closure: bool, mark: Any, extra: Any = None
+    ) -> None:
         """The cut at an outermost interval's start (`mark`: its logged mark; None: now)."""
         if closure:
             self._prev = _OPT_BEGIN
@@ -390,9 +449,9 @@ class Recorder:
         if kind in _UPDATE:
             self._open_window(kind)
         if self._in_loss or kind in _UPDATE or self.mode == "backward" or self._prev == _OPT_BEGIN:
-            self._cut(self._gap(kind), mark)
+            self._cut(self._gap(kind), mark, extra)
         else:
-            self._cut(RESIDUAL, mark)
+            self._cut(RESIDUAL, mark, extra)
         if self._eval and kind != "efwd":
             self._eval_edge(kind)  # the time up to a train forward's data is eval's
         self._undo = (self._prev, self._pending)  # an h2d that moves nothing was none
@@ -407,16 +466,16 @@ class Recorder:
             self.add_samples(samples)
         self._prev = (kind, "begin")
 
-    def _end_cut(self, kind: str, keep: bool, mark: Any) -> None:
+    def _end_cut(self, kind: str, keep: bool, mark: Any, extra: Any = None) -> None:
         """The cut at an outermost interval's end."""
         if not keep:  # the time goes to whatever it interrupted
             label = next(
                 (g.label for g in reversed(self._step.segs) if g.label not in (MEMREAD, MLB)), None
             )
-            self._cut(label or RESIDUAL, mark)
+            self._cut(label or RESIDUAL, mark, extra)
             self._prev, self._pending = self._undo
             return
-        self._cut(LABEL[kind], mark)
+        self._cut(LABEL[kind], mark, extra)
         self._prev = (kind, "end")
         if kind == "fwd":
             self._in_loss = True
@@ -427,9 +486,9 @@ class Recorder:
         elif kind == "opt":
             self._optimizer_end()
 
-    def _closure_end_cut(self, mark: Any) -> None:
+    def _closure_end_cut(self, mark: Any, extra: Any = None) -> None:
         self._open_window("opt")
-        self._cut(self._gap("opt"), mark)
+        self._cut(self._gap("opt"), mark, extra)
         self._prev, self._pending = ("opt", "end"), None
         self._optimizer_end()
 
@@ -459,10 +518,18 @@ class Recorder:
                     return
                 self.marker.wait(last)
             self._queue.popleft()
-            record = self._resolve(closed)
+            # the host clock's marks are nanoseconds: subtracted there, no call a segment
+            record = resolve(
+                closed, None if isinstance(self.marker, CpuMarker) else self.marker.seconds
+            )
             release = getattr(self.marker, "release", None)
             if release is not None:  # the step's last mark begins the next step: kept
                 release([seg.a for seg in closed.segs])
+            if self._unfilled:  # handed over already, by its total (`_tally`): filled in
+                given = self._unfilled.popleft()
+                for name in HookStep.__slots__:
+                    setattr(given, name, getattr(record, name))
+                continue
             self.sink.on_step(record)
 
     # ------------------------------------------------------------ cutting
@@ -503,34 +570,37 @@ class Recorder:
                 for seg in segs[self._pending :]:
                     seg.eval = False
 
-    def _cut(self, label: str, mark: Any = None) -> None:
+    def _cut(self, label: str, mark: Any = None, extra: Any = None) -> None:
+        """A segment up to this boundary. `extra`: the reading the hot path took after the
+        logged mark, and the mark after it (else read now, on a read step)."""
         if mark is None:
             mark = self.marker.mark()
         mem = self.memory
         if mem is None:
             if self._last is not None:
-                self._step.segs.append(_Seg(label, self._last, mark, self._eval))
+                self._step.segs.append(Seg(label, self._last, mark, self._eval))
             self._last = mark
             return
         if self._last is None:  # the first boundary (on this marker): the first step starts
             mem.begin_step()
-        held = mem.current()
+        held, after = extra if extra is not None else (mem.current(), None)
         seg = None
         if self._last is not None:
-            seg = _Seg(label, self._last, mark, self._eval, self._held, held)
+            seg = Seg(label, self._last, mark, self._eval, self._held, held)
             self._step.segs.append(seg)
         self._last, self._held = mark, held
         if self.marker.kind == "cpu":  # the reading's own time: the segment's tail, cut out
-            self._last = self.marker.mark()
+            self._last = after if after is not None else self.marker.mark()
             if seg is not None:
                 seg.c = self._last
 
     def _apart(self) -> None:
         """On the host clock: the memory reading since the last mark, cut out of the step."""
         if self.marker.kind == "cpu" and self._last is not None:
-            mark = self.marker.mark()
+            given, self._given = self._given, None
+            mark = given[2] if given is not None else self.marker.mark()
             held = self._held
-            self._step.segs.append(_Seg(MEMREAD, self._last, mark, self._eval, held, held))
+            self._step.segs.append(Seg(MEMREAD, self._last, mark, self._eval, held, held))
             self._last = mark
 
     def _backward_end(self) -> None:
@@ -558,17 +628,19 @@ class Recorder:
         if upto == 0:
             return
         micro = step.backwards if boundary == "optimizer" else 1
+        given = self._given  # the hot path's readings of this close (`_log_close`)
         memory = None
         if self.memory is not None:  # the step's peak; the next step's begins here
-            memory = self.memory.end_step()
+            memory = given[0] if given is not None else self.memory.end_step()
         upcoming = self._next_memory()
         if upcoming is not None:
-            upcoming.begin_step()
+            if given is None:
+                upcoming.begin_step()
             if self.memory is None:  # not read at the last boundaries: the start, read now
-                self._held = upcoming.current()
+                self._held = given[1] if given is not None else upcoming.current()
         self.memory = upcoming
-        closed = _Closed(step.segs[:upto], max(micro, 1), step.samples, boundary, memory)
-        rest = _Step(segs=step.segs[upto:])
+        closed = Closed(step.segs[:upto], max(micro, 1), step.samples, boundary, memory)
+        rest = OpenStep(segs=step.segs[upto:])
         self._step, self._pending, self._window = rest, None, None
         self._queue.append(closed)
         self._due = True
@@ -619,13 +691,17 @@ class Recorder:
         if len(queue) < self._every and not self._handover_due(queue[0].segs[-1].b):
             self._due = False  # looked at again when the next step closes
             return
+        self._handover()
+
+    def _handover(self) -> None:
+        """Hand the closed steps over now; the sink's time is mlb's, in no step."""
         self.flush()
-        self._due = bool(queue)
+        self._due = bool(self._queue)
         if self._last is not None and not self.off:
             if self.memory is not None:  # what the sink allocated is in no stage
                 self._held = self.memory.current()
             mark = self.marker.mark()
-            self._step.segs.append(_Seg(MLB, self._last, mark))
+            self._step.segs.append(Seg(MLB, self._last, mark))
             self._last = mark
 
     def _handover_due(self, oldest_end: Any) -> bool:
@@ -633,41 +709,6 @@ class Recorder:
         slow step is not held back for the next N)."""
         last = self._last
         return last is None or self.marker.seconds(oldest_end, last) >= HANDOVER_GAP_S
-
-    def _resolve(self, closed: _Closed) -> HookStep:
-        stages = dict(_ZERO_STAGES)
-        memory = closed.memory
-        held = dict.fromkeys(STAGES, 0) if memory is not None else None
-        total = eval_s = 0.0
-        seconds = self.marker.seconds
-        ns = isinstance(self.marker, CpuMarker)  # nanoseconds: subtracted here, no call a segment
-        for seg in closed.segs:
-            label = seg.label
-            if label in _MINE:  # mlb's own time (seg.c too): in no step
-                continue
-            d = (seg.b - seg.a) / 1e9 if ns else seconds(seg.a, seg.b)
-            if seg.eval:
-                eval_s += d
-                continue
-            total += d
-            if label in stages:
-                stages[label] += d
-                if held is not None and seg.mb > seg.ma:
-                    held[label] += seg.mb - seg.ma
-        samples = closed.samples
-        if memory is not None:
-            memory = replace(memory, held=held)
-        # positional: this runs every step
-        return HookStep(
-            total,
-            stages,
-            eval_s,
-            closed.micro_batches,
-            sum(samples),
-            closed.boundary,
-            samples[0] if samples else 0,
-            memory,
-        )
 
 
 __all__ = [

@@ -1,0 +1,87 @@
+"""The log of `mlb attach`'s hot path (`measure.step_cutter.Recorder`): what an entry is,
+how many wait, and the tally that gives each logged step's total from the marks alone.
+
+An entry is `(op, kind, arg, mark, extra)`: `op` one of the codes below, `kind` the interval's
+(`data`, `fwd`, `opt`, …), `arg` a forward's batch size, an end's `keep`, or a close's readings,
+`mark` the boundary's mark (nanoseconds on the host clock), and `extra` on a step whose memory
+is read `(held bytes, the mark after the reading)` (the reading's own time is in no step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlbaseline.measure.step_types import MINE, Seg
+
+# the hot path's log (`Recorder._replay`): its events, and at most this many before they are
+# cut (a long eval stretch has no optimizer step to end it)
+_BEGIN, _END, _CLOSURE_END, _BEGIN_CLOSURE = 0, 1, 2, 3
+# a step's close where memory is read on either side (the readings the cutter's close takes,
+# taken by the hot path), and the time of a hand-over from the log (mlb's: in no step)
+_READ, _MLB = 4, 5
+MAX_LOG = 512
+# A sink that says `settle_at_end = True` (the measuring sink) has the log cut only when it is
+# flushed (the stop rule met, or the script's end): meanwhile each closed step's total is worked
+# out from the log's marks alone (`tally`: a subtraction, where cutting costs ~50 µs a
+# step on a slow core) and handed over as a record that the cut fills in later. At most this
+# many boundaries wait (~10 a step); past it the log is cut and hand-overs go on as above
+MAX_SETTLE_LOG = 100_000
+
+
+def tally(log: list[tuple[int, str, Any, Any, Any]], first: int, state: list[Any]) -> list[int]:
+    """The totals (ns) of the steps that close in `log[first:]`, from the marks alone: each
+    step's interval less the time in no step (mlb's, a reading's tail; an eval stretch stays
+    in, where the cut takes it out). The closes are the cutter's: the first boundary after an
+    optimizer step that is no update (a second optimizer's step: the step goes on). `state`
+    (`open_tally`'s) is the open step's, carried from one call to the next."""
+    start, end, last, before, after = state
+    totals = []
+    for i in range(first, len(log)):
+        op, kind, _arg, mark, extra = log[i]
+        if end is not None and op in (_BEGIN, _BEGIN_CLOSURE) and kind != "aux":
+            if kind == "opt":
+                end, before, after = None, before + after, 0
+            else:
+                totals.append(end - start - before)
+                start, end, before, after = end, None, after, 0
+        if op in (_READ, _MLB):  # mlb's time since the last mark
+            if end is None:
+                before += mark - last
+            else:
+                after += mark - last
+            last = mark
+            continue
+        if op == _CLOSURE_END or (op == _END and kind == "opt"):
+            end = mark
+        last = mark
+        if extra is not None:  # a reading after the mark: its time is in no step
+            if end is None:
+                before += extra[1] - mark
+            else:
+                after += extra[1] - mark
+            last = extra[1]
+    state[:] = [start, end, last, before, after]
+    return totals
+
+
+def open_tally(segs: list[Seg], candidate: int | None, last: Any) -> list[Any]:
+    """The open step's tally from the segments cut so far: its start, its end where an
+    optimizer step ended it (`candidate`: the segments up to there), the last mark, and the
+    time in no step before and after that end."""
+    cut = candidate or None
+    start = segs[0].a if segs else last
+    before = after = 0
+    for i, seg in enumerate(segs):
+        out = (seg.b - seg.a) if seg.label in MINE else 0
+        tail = (seg.c - seg.b) if seg.c is not None else 0
+        if cut is not None and i >= cut:
+            after += out + tail
+        elif cut is not None and i == cut - 1:
+            before, after = before + out, after + tail
+        else:
+            before += out + tail
+    end = segs[cut - 1].b if cut else None
+    return [start, end, last, before, after]
+
+
+__all__ = ["MAX_LOG", "MAX_SETTLE_LOG", "open_tally", "tally"]
