@@ -109,6 +109,7 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
 
     # a stop rule that never ends inside the bench: every hooked step goes to the sink
     never = ["throughput.min_time_s=1000000", "throughput.max_steps=100000000"]
+    never += ["throughput.max_time_s=1000000"]  # (at 120 s the recorder went off mid-bench)
     never += ["throughput.telemetry=false", *sys.argv[6:]]
 
     class Sink(MeasureSink):  # the rules that go by time: twice it (see the docstring)
@@ -155,6 +156,8 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
         wall.append(statistics.mean(on[0] - off[0] for on, off in done))
         cpu.append(statistics.mean(on[1] - off[1] for on, off in done))
         steps_s.append(statistics.median(off[0] for _, off in done))
+    if sink.done:  # the recorder went off: the later rounds measured pass-throughs only
+        raise RuntimeError(f"the stop rule ended the bench after {len(sink.steps)} steps")
     # the cut at the end (the stop rule met, in a run): every logged step cut at once
     settled = time.perf_counter()
     installed.rec.flush(block=True)
