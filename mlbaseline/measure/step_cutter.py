@@ -20,12 +20,9 @@ a small script's step and hid what the script itself leaves unclaimed; `make ben
 section measures it); on CUDA events the host-side reads take no device time.
 
 The hot path (a sink with `handover_every` > 1 on the host clock, once steps are optimizer
-steps): a boundary is logged, a mark and an append, and the logged boundaries are cut later at
-their own marks, many steps at a time, by the same code (`Recorder._replay`). On a step whose
-memory is read the hot path also takes the readings the cut would take (after each mark, and
-at the step's close: `Recorder._log_boundary`), and the cut uses them. A sink that settles at
-the end (MAX_SETTLE_LOG) has the whole log cut once, its stop rule fed each step's total from
-the marks meanwhile. The records are the same either way (`tests/test_step_cutter_log.py`).
+steps) logs each boundary, with a read step's readings, and the log is cut later by the same
+code (`Recorder._replay`; when: `measure.step_log`). The records are the same either way
+(`tests/test_step_cutter_log.py`).
 """
 
 from __future__ import annotations
@@ -43,8 +40,13 @@ from mlbaseline.measure.step_log import (
     _END,
     _MLB,
     _READ,
+    HANDOVER_GAP_NS,
+    HANDOVER_GAP_S,
     MAX_LOG,
     MAX_SETTLE_LOG,
+    MEMORY_DENSE,
+    MEMORY_EVERY,
+    MEMORY_GAP_S,
     open_tally,
     tally,
 )
@@ -66,27 +68,6 @@ from mlbaseline.measure.step_types import (
 _UPDATE = ("opt", "aux")  # an optimizer step, or a zero_grad / clipping / scheduler step
 _OPT_BEGIN = ("opt", "begin")
 MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
-# On the host clock, a step's memory is read on every MEMORY_EVERY-th step, and on any step
-# that begins MEMORY_GAP_S or more after the last read one began: a held size or a peak is
-# nearly the same every step, so one step in 16 gives the same medians (an A/B turn of 0.25 s
-# still reads one), and a step slower than 0.2 s is read every time. A sink may read less
-# often after the first MEMORY_DENSE reads (`memory_every`, `memory_gap_s` attributes: the
-# measuring sink's one step in 64, at least every 1 s; a short run still has its readings): a
-# read step costs ~350 µs on the bench model, its cache cold (malloc's counter walks the free
-# chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read ~60 µs); on the hot path
-# its readings go into the log with its marks (`Recorder._log_boundary`)
-MEMORY_EVERY = 16
-MEMORY_GAP_S = 0.2
-MEMORY_DENSE = 8
-# A sink that says `handover_every = N` (the measuring sink: its stop rule can decide a few
-# steps late) gets the closed steps N at a time, or once the oldest waiting one ended
-# HANDOVER_GAP_S or more before (or while its marks are awaited): the resolving and the stop
-# rule then run over N steps in one go, their code warm, instead of cold between each step's
-# torch work (7 µs a step run back to back, ~35 µs between a tiny model's steps). On the host
-# clock such a sink also has the boundaries logged (`Recorder._replay`): a boundary then costs
-# a mark and an append, and the cutting runs N steps at a time
-HANDOVER_GAP_S = 0.25
-HANDOVER_GAP_NS = int(HANDOVER_GAP_S * 1e9)  # the host clock's marks are nanoseconds
 
 
 class Recorder:
@@ -330,11 +311,9 @@ class Recorder:
         self._tally_state = open_tally(self._step.segs, self._step.candidate, self._last)
 
     def _log_boundary(self, op: int, kind: str, arg: Any) -> Any:
-        """Log a boundary where the hot path has more to do than append it: the first
-        boundary after an optimizer step that is no update closes the step (the close's
-        memory readings are taken here, in the order the cut takes them: `_log_close`), and
-        in a step whose memory is read each mark is followed by a reading and a second mark
-        (the reading's own time, cut out). Returns the boundary's mark."""
+        """Log a boundary where the hot path does more than append it: a step's close (the
+        first boundary after an optimizer step that is no update: its readings, `_log_close`),
+        or a read step's reading after the mark (`step_log`'s `extra`). Returns the mark."""
         if self._hot_closing and op in (_BEGIN, _BEGIN_CLOSURE) and kind != "aux":
             self._hot_closing = False  # an optimizer step: the step goes on, else it closes
             if kind != "opt" and (self._hot_read is not None or self._hot_next):
@@ -365,16 +344,10 @@ class Recorder:
         self._log.append((_READ, "", readings, self.marker.mark(), None))
 
     def _replay(self) -> None:
-        """Cut the logged boundaries, in order, at their logged marks, then cut the time
-        this took out of the step (mlb's, like the sink's). The hot path logs a boundary
-        instead of cutting it on the host clock, once steps are optimizer steps: the step is
-        cut (and handed over) at an optimizer step, a sink's `handover_every` steps at a
-        time (or HANDOVER_GAP_S after the oldest); a step whose memory is read has its
-        readings in the log (`_log_boundary`), taken at the boundary's moment. Cutting ~10
-        boundaries a step in one go, many steps at a time, runs the cutter's code warm
-        instead of cold between torch's work: `make bench`'s attach overhead. A replay ends
-        settling at the end (MAX_SETTLE_LOG): the records handed over by their totals are
-        filled in (`flush`), and hand-overs go on as for any batched sink."""
+        """Cut the logged boundaries, in order, at their logged marks (a read step's
+        readings with them), then cut the time this took out of the step (mlb's). When the
+        log is cut, and why it is logged at all: `measure.step_log`. A replay ends settling
+        at the end: the records handed over by their totals are filled in (`flush`)."""
         # a copy, the log cleared in place: one list for the recorder's life
         log = self._log[:]
         self._log.clear()
@@ -405,12 +378,8 @@ class Recorder:
         self._after_event()
 
     def _tally(self) -> None:
-        """Settling at the end: each step closed in the log since the last tally gets its
-        total from the marks alone (its interval less the time in no step: mlb's, a
-        reading's tail; an eval stretch stays in, where the cut will take it out) and goes to
-        the sink as a record the cut fills in (`flush`). The closes are the cutter's: the
-        first boundary after an optimizer step that is no update (a second optimizer's step:
-        the step goes on). The tally's own time is logged as mlb's."""
+        """Settling at the end: the steps closed since the last tally go to the sink by their
+        totals (`step_log.tally`), records the cut fills in (`flush`); its time is mlb's."""
         log = self._log
         totals = tally(log, self._tallied, self._tally_state)
         self._tallied, self._logged = len(log), 0
@@ -713,7 +682,11 @@ class Recorder:
 
 __all__ = [
     "EVAL",
+    "HANDOVER_GAP_S",
     "LABEL",
+    "MEMORY_DENSE",
+    "MEMORY_EVERY",
+    "MEMORY_GAP_S",
     "MEMREAD",
     "MLB",
     "RESIDUAL",

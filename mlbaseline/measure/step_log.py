@@ -1,5 +1,6 @@
 """The log of `mlb attach`'s hot path (`measure.step_cutter.Recorder`): what an entry is,
-how many wait, and the tally that gives each logged step's total from the marks alone.
+how many wait, when they are handed over, on which steps memory is read, and the tally that
+gives each logged step's total from the marks alone.
 
 An entry is `(op, kind, arg, mark, extra)`: `op` one of the codes below, `kind` the interval's
 (`data`, `fwd`, `opt`, …), `arg` a forward's batch size, an end's `keep`, or a close's readings,
@@ -26,6 +27,29 @@ MAX_LOG = 512
 # step on a slow core) and handed over as a record that the cut fills in later. At most this
 # many boundaries wait (~10 a step); past it the log is cut and hand-overs go on as above
 MAX_SETTLE_LOG = 100_000
+
+# On the host clock, a step's memory is read on every MEMORY_EVERY-th step, and on any step
+# that begins MEMORY_GAP_S or more after the last read one began: a held size or a peak is
+# nearly the same every step, so one step in 16 gives the same medians (an A/B turn of 0.25 s
+# still reads one), and a step slower than 0.2 s is read every time. A sink may read less
+# often after the first MEMORY_DENSE reads (`memory_every`, `memory_gap_s` attributes: the
+# measuring sink's one step in 64, at least every 1 s; a short run still has its readings): a
+# read step costs ~350 µs on the bench model, its cache cold (malloc's counter walks the free
+# chunks, ~29 µs at each of ~10 boundaries; the peak's reset and read ~60 µs); on the hot path
+# its readings go into the log with its marks (`Recorder._log_boundary`)
+MEMORY_EVERY = 16
+MEMORY_GAP_S = 0.2
+MEMORY_DENSE = 8
+# A sink that says `handover_every = N` (the measuring sink: its stop rule can decide a few
+# steps late) gets the closed steps N at a time, or once the oldest waiting one ended
+# HANDOVER_GAP_S or more before (or while its marks are awaited): the resolving and the stop
+# rule then run over N steps in one go, their code warm, instead of cold between each step's
+# torch work (7 µs a step run back to back, ~35 µs between a tiny model's steps). On the host
+# clock such a sink also has the boundaries logged (`Recorder._replay`): a boundary then costs
+# a mark and an append, and the cutting runs N steps at a time, its code warm instead of cold
+# between torch's work (`make bench`'s attach overhead)
+HANDOVER_GAP_S = 0.25
+HANDOVER_GAP_NS = int(HANDOVER_GAP_S * 1e9)  # the host clock's marks are nanoseconds
 
 
 def tally(log: list[tuple[int, str, Any, Any, Any]], first: int, state: list[Any]) -> list[int]:
@@ -84,4 +108,14 @@ def open_tally(segs: list[Seg], candidate: int | None, last: Any) -> list[Any]:
     return [start, end, last, before, after]
 
 
-__all__ = ["MAX_LOG", "MAX_SETTLE_LOG", "open_tally", "tally"]
+__all__ = [
+    "HANDOVER_GAP_NS",
+    "HANDOVER_GAP_S",
+    "MAX_LOG",
+    "MAX_SETTLE_LOG",
+    "MEMORY_DENSE",
+    "MEMORY_EVERY",
+    "MEMORY_GAP_S",
+    "open_tally",
+    "tally",
+]
