@@ -136,7 +136,7 @@ def test_logged_boundaries_cut_later_give_the_same_records(name: str, memory: bo
     replay = runs[2].rec._replay
 
     def counted() -> None:  # the batched run logs boundaries: what this test is about
-        logged.append(len(runs[2].rec._log))
+        logged.append(len(runs[2].rec.log))
         replay()
 
     runs[2].rec._replay = counted  # type: ignore[method-assign]
@@ -144,7 +144,7 @@ def test_logged_boundaries_cut_later_give_the_same_records(name: str, memory: bo
     cut_at_end = runs[3].rec._replay
 
     def once() -> None:
-        settled.append(len(runs[3].rec._log))
+        settled.append(len(runs[3].rec.log))
         cut_at_end()
 
     runs[3].rec._replay = once  # type: ignore[method-assign]
@@ -176,7 +176,7 @@ def test_a_sink_that_takes_each_step_at_once_is_cut_as_it_comes() -> None:
     r = Run(1, seed=1, memory=False)
     for _ in range(5):
         plain(r)
-    assert not r.rec._lazy and not r.rec._log
+    assert not r.rec._lazy and not r.rec.log
 
 
 def test_a_sink_that_settles_when_its_rule_is_met_has_every_record_filled() -> None:
@@ -192,7 +192,7 @@ def test_a_sink_that_settles_when_its_rule_is_met_has_every_record_filled() -> N
                 return
             got.append(record)
             if len(got) == 40:
-                r.rec.off = True
+                r.rec.turn_off()
                 r.rec.flush(block=True)
 
     r.rec.sink = Stopping()  # type: ignore[assignment]

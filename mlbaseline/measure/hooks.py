@@ -57,6 +57,7 @@ from threading import get_ident
 from typing import Any
 
 from mlbaseline.measure.memory_step import StepMemoryRecorder, make_step_memory
+from mlbaseline.measure.step_log import _BEGIN, _END
 from mlbaseline.measure.step_cutter import (
     EVAL,
     RESIDUAL,
@@ -148,7 +149,7 @@ _ACTIVE: list[Recorder] = []  # recorders installed in this process (a fork disa
 
 def _disable_all() -> None:
     for rec in _ACTIVE:
-        rec.off = True
+        rec.turn_off()
 
 
 if hasattr(os, "register_at_fork"):
@@ -209,7 +210,7 @@ class Hooks:
         return self
 
     def uninstall(self) -> None:
-        self.rec.off = True
+        self.rec.turn_off()
         self.suspend()
         self._patched.clear()
         if self.rec in _ACTIVE:
@@ -251,7 +252,21 @@ class Hooks:
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # `_mine()` inlined: this runs for every data batch, backward and zero_grad
-            if rec.busy or rec.off or get_ident() != tid or not rec.begin(kind):
+            if rec.busy:
+                return orig(*args, **kwargs)
+            if rec.hot and rec.open is None and get_ident() == tid and len(rec.log) < rec.max_log:
+                # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
+                rec.open, rec.busy = kind, True
+                rec.log.append((_BEGIN, kind, None, rec.stamp(), None))
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    if rec.hot:
+                        rec.open, rec.busy = None, False
+                        rec.log.append((_END, kind, True, rec.stamp(), None))
+                    else:
+                        rec.end()
+            if rec.off or get_ident() != tid or not rec.begin(kind):
                 return orig(*args, **kwargs)
             try:
                 return orig(*args, **kwargs)
@@ -351,6 +366,18 @@ class Hooks:
                 samples = batch_of(module, args, kwargs, tensor)
                 if not rec.marker_chosen:
                     hooks._choose_marker(module, args, kwargs)
+                if rec.hot and rec.open is None and len(rec.log) < rec.max_log:
+                    # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
+                    rec.open, rec.busy = kind, True
+                    rec.log.append((_BEGIN, kind, samples, rec.stamp(), None))
+                    try:
+                        return orig(module, *args, **kwargs)
+                    finally:
+                        if rec.hot:
+                            rec.open, rec.busy = None, False
+                            rec.log.append((_END, kind, True, rec.stamp(), None))
+                        else:
+                            rec.end()
             if not rec.begin(kind, samples):
                 return orig(module, *args, **kwargs)
             try:

@@ -127,9 +127,14 @@ class Recorder:
         """The hot path's state: its log, its memory readings, settling at the end."""
         # boundaries logged by the hot path, (`measure.step_log`), cut at the step's
         # optimizer step (`_replay`); `_lazy`: the next boundary is logged, not cut
-        self._log: list[tuple[int, str, Any, Any, Any]] = []
+        self.log: list[tuple[int, str, Any, Any, Any]] = []
         self._lazy = False
-        self._max_log = MAX_LOG
+        # the hot path in one flag (`_rehot`): logging, on, no close's readings to take and
+        # no step being read, so that a boundary is a mark (`stamp`) and an append, which
+        # `measure.hooks`' wrappers then do themselves (one call each fewer)
+        self.hot = False
+        self.stamp = self.marker.mark
+        self.max_log = MAX_LOG
         # the hot path's memory readings (see `_log_boundary`): the step being read (its
         # recorder), whether the step that begins at the next close is read, and whether an
         # optimizer step has ended and the next boundary that is no update closes the step
@@ -167,17 +172,26 @@ class Recorder:
         self.marker_chosen = True
         if marker is None or marker is self.marker:
             return
-        self._log.clear()  # the old clock's marks: dropped
+        self.log.clear()  # the old clock's marks: dropped
         self._lazy, self._logged, self._tallied = False, 0, 0
         self._read_next = self._hot_next = self._hot_closing = False
         self._hot_read = self._given = None
         self.marker, self._last, self._step = marker, None, OpenStep()
+        self.stamp = marker.mark
         if self._memory_for is not None:
             self.memory = self._memory_src = self._memory_for(marker.kind)
             self._memory_skip, self._memory_at = 0, None
         self._pending = None
         self._queue.clear()  # marks of the old clock: this one cannot read them
         self._due = False
+        self._rehot()
+
+    def turn_off(self) -> None:
+        """Record nothing more (the hooks stay in place, passing every call through)."""
+        self.off, self.hot = True, False
+
+    def _rehot(self) -> None:
+        self.hot = self._lazy and not self.off and not self._hot_closing and self._hot_read is None
 
     def begin(self, kind: str, samples: int | None = None) -> bool:
         """An interval of `kind` starts; nested in an open one it is counted, not timed
@@ -186,12 +200,12 @@ class Recorder:
             # the hot path (logging, an outermost interval): the fewest steps, each in the
             # cold caches a training step leaves (`make bench`'s attach overhead)
             self.open, self.busy = kind, kind != "opt"
-            log = self._log
+            log = self.log
             if self._hot_closing or self._hot_read is not None:
                 self._log_boundary(_BEGIN, kind, samples)
             else:
                 log.append((_BEGIN, kind, samples, self.marker.mark(), None))
-            if len(log) >= self._max_log:
+            if len(log) >= self.max_log:
                 self._replay()
             return True
         if self.off:
@@ -207,7 +221,7 @@ class Recorder:
         self.open, self.busy = kind, kind != "opt"
         if self._lazy:
             self._log_boundary(_BEGIN_CLOSURE, kind, samples)
-            if len(self._log) >= self._max_log:
+            if len(self.log) >= self.max_log:
                 self._replay()
             return True
         self._begin_cut(kind, samples, closure, None)
@@ -224,7 +238,7 @@ class Recorder:
         kind, self.open, self.busy = self.open, None, False
         if self._lazy:
             if self._hot_read is None:
-                self._log.append((_END, kind, keep, self.marker.mark(), None))
+                self.log.append((_END, kind, keep, self.marker.mark(), None))
             else:
                 self._log_boundary(_END, kind, keep)
             return
@@ -238,7 +252,7 @@ class Recorder:
             self.open = None
             if self._hot_read is None:
                 mark = self.marker.mark()
-                self._log.append((_END, "opt", True, mark, None))
+                self.log.append((_END, "opt", True, mark, None))
             else:
                 mark = self._log_boundary(_END, "opt", True)
             self._step_end(mark)
@@ -266,12 +280,14 @@ class Recorder:
         steps due to be cut and handed over (or, settling at the end, tallied)?"""
         read = self._memory_src is not None and self._memory_due(mark)
         if self._lazy:  # the hot path takes the close's readings (`_log_boundary`)
-            self._hot_closing = True
-            # (a second optimizer's step in the same step keeps the first one's "read")
+            # (a second optimizer's step in the same step keeps the first one's "read");
+            # the close takes readings only where a step on either side of it is read
             self._hot_next = self._hot_next or read
+            self._hot_closing = self._hot_read is not None or self._hot_next
+            self._rehot()
         elif read:
             self._read_next = True
-        log = self._log
+        log = self.log
         if len(log) > self._tallied:
             self._logged += 1
             if self._logged >= self._every or mark - log[self._tallied][3] >= HANDOVER_GAP_NS:
@@ -295,6 +311,7 @@ class Recorder:
         if lazy and not self._lazy:
             self._take_over()
         self._lazy = lazy
+        self._rehot()
 
     def _take_over(self) -> None:
         """The hot path logs from here on: it carries on the cutter's memory readings (the
@@ -302,12 +319,14 @@ class Recorder:
         the end has the steps cut so far handed over and the open step's tally begun."""
         self._hot_read, self._hot_next = self.memory, self._read_next
         self._read_next = False
-        self._hot_closing = self._step.candidate is not None
+        self._hot_closing = self._step.candidate is not None and (
+            self._hot_read is not None or self._hot_next
+        )
         if not self._settle or self.off:
             return
         if self._queue:
             self._handover()
-        self._settling, self._max_log, self._tallied = True, MAX_SETTLE_LOG, len(self._log)
+        self._settling, self.max_log, self._tallied = True, MAX_SETTLE_LOG, len(self.log)
         self._tally_state = open_tally(self._step.segs, self._step.candidate, self._last)
 
     def _log_boundary(self, op: int, kind: str, arg: Any) -> Any:
@@ -318,13 +337,14 @@ class Recorder:
             self._hot_closing = False  # an optimizer step: the step goes on, else it closes
             if kind != "opt" and (self._hot_read is not None or self._hot_next):
                 self._log_close()
+            self._rehot()
         mark = self.marker.mark()
         reading = self._hot_read
         if reading is None:
-            self._log.append((op, kind, arg, mark, None))
+            self.log.append((op, kind, arg, mark, None))
         else:
             held = reading.current()
-            self._log.append((op, kind, arg, mark, (held, self.marker.mark())))
+            self.log.append((op, kind, arg, mark, (held, self.marker.mark())))
         return mark
 
     def _log_close(self) -> None:
@@ -341,7 +361,7 @@ class Recorder:
                 held = upcoming.current()
         self._hot_read = upcoming
         readings = (memory, held, upcoming is not None)
-        self._log.append((_READ, "", readings, self.marker.mark(), None))
+        self.log.append((_READ, "", readings, self.marker.mark(), None))
 
     def _replay(self) -> None:
         """Cut the logged boundaries, in order, at their logged marks (a read step's
@@ -349,11 +369,11 @@ class Recorder:
         log is cut, and why it is logged at all: `measure.step_log`. A replay ends settling
         at the end: the records handed over by their totals are filled in (`flush`)."""
         # a copy, the log cleared in place: one list for the recorder's life
-        log = self._log[:]
-        self._log.clear()
+        log = self.log[:]
+        self.log.clear()
         self._logged = self._tallied = 0
         if self._settling:  # settled: hand-overs from here go on as for any batched sink
-            self._settling, self._max_log = False, MAX_LOG
+            self._settling, self.max_log = False, MAX_LOG
         for op, kind, arg, mark, extra in log:
             if op in (_BEGIN, _BEGIN_CLOSURE):
                 self._begin_cut(kind, arg, op == _BEGIN_CLOSURE, mark, extra)
@@ -380,7 +400,7 @@ class Recorder:
     def _tally(self) -> None:
         """Settling at the end: the steps closed since the last tally go to the sink by their
         totals (`step_log.tally`), records the cut fills in (`flush`); its time is mlb's."""
-        log = self._log
+        log = self.log
         totals = tally(log, self._tallied, self._tally_state)
         self._tallied, self._logged = len(log), 0
         for total in totals:
@@ -477,7 +497,7 @@ class Recorder:
 
     def flush(self, block: bool = False) -> None:
         """Hand every step whose marks can be read to the sink (`block`: wait for them)."""
-        if self._log:
+        if self.log:
             self._replay()
         while self._queue:
             closed = self._queue[0]

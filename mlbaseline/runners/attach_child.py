@@ -282,7 +282,7 @@ class MeasureSink:
             return
         self.done = True
         if self.hooks is not None:
-            self.hooks.rec.off = True
+            self.hooks.rec.turn_off()
             # the DataLoader workers' peak, read while they live (`mem.workers_peak`)
             from mlbaseline.measure.memory import workers_peak
 
