@@ -17,7 +17,8 @@ What is hooked (`install`, in the script's own interpreter, before its first lin
   apart: never in a step (subtracted from its interval), with the data it drew;
 - **loss**: from the end of the forward to the start of the backward (a loss module's call,
   `nn.modules.loss._Loss`, is inside it, not a forward; a zero_grad there is optimizer);
-- **backward**: the outermost `Tensor.backward` / `torch.autograd.backward`;
+- **backward**: the outermost `torch.autograd.backward`, which `Tensor.backward` calls (its
+  own few lines before that call are in the loss stage);
 - **optimizer**: from the last backward's end to the step's end, `Optimizer.zero_grad`,
   `Module.zero_grad`, `clip_grad_norm_` and a learning-rate scheduler's `step` wherever they
   run in the step (a zero_grad at the
@@ -57,7 +58,6 @@ from threading import get_ident
 from typing import Any
 
 from mlbaseline.measure.memory_step import StepMemoryRecorder, make_step_memory
-from mlbaseline.measure.step_log import _BEGIN, _END
 from mlbaseline.measure.step_cutter import (
     EVAL,
     RESIDUAL,
@@ -69,6 +69,7 @@ from mlbaseline.measure.step_cutter import (
     Recorder,
     Sink,
 )
+from mlbaseline.measure.step_log import _BEGIN, _END
 
 
 def batch_of(
@@ -185,7 +186,8 @@ class Hooks:
         self._register_step_hooks()
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", "data")
         self._watch_workers(dataloader._MultiProcessingDataLoaderIter)
-        self._wrap(torch.Tensor, "backward", "bwd")
+        # `Tensor.backward` calls `torch.autograd.backward` (looked up at each call): one
+        # wrapper times both (a second, around `Tensor.backward`, was a frame more a step)
         self._wrap(torch.autograd, "backward", "bwd")
         self._wrap(opt.Optimizer, "zero_grad", "aux")
         self._wrap(mod.Module, "zero_grad", "aux")
@@ -247,23 +249,23 @@ class Hooks:
 
     def _wrap(self, owner: Any, name: str, kind: str) -> None:
         orig = getattr(owner, name)
-        rec, tid = self.rec, self._tid
+        rec, tid, log = self.rec, self._tid, self.rec.log  # (one log list for its life)
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # `_mine()` inlined: this runs for every data batch, backward and zero_grad
             if rec.busy:
                 return orig(*args, **kwargs)
-            if rec.hot and rec.open is None and get_ident() == tid and len(rec.log) < rec.max_log:
+            if rec.hot and rec.open is None and get_ident() == tid and len(log) < rec.max_log:
                 # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
                 rec.open, rec.busy = kind, True
-                rec.log.append((_BEGIN, kind, None, rec.stamp(), None))
+                log.append((_BEGIN, kind, None, rec.stamp(), None))
                 try:
                     return orig(*args, **kwargs)
                 finally:
                     if rec.hot:
                         rec.open, rec.busy = None, False
-                        rec.log.append((_END, kind, True, rec.stamp(), None))
+                        log.append((_END, kind, True, rec.stamp(), None))
                     else:
                         rec.end()
             if rec.off or get_ident() != tid or not rec.begin(kind):
@@ -342,7 +344,12 @@ class Hooks:
         left cold, where each Python call costs microseconds (`make bench`'s overhead)."""
         orig = owner.__call__
         rec, tid, hooks, tensor = self.rec, self._tid, self, self._tensor
-        loss_type, grad_enabled = self._loss_type, self._grad_enabled
+        loss_type, grad_enabled, log, seq_dim = (
+            self._loss_type,
+            self._grad_enabled,
+            rec.log,
+            _SEQ_DIM,
+        )
         inline = _torch_call(orig)
 
         @functools.wraps(orig)
@@ -363,19 +370,23 @@ class Hooks:
                 kind = "efwd"
             else:
                 kind = "fwd"
-                samples = batch_of(module, args, kwargs, tensor)
+                first, dim = args[0] if args else None, seq_dim.get(type(module))
+                if isinstance(first, tensor) and dim is not None and first.dim() > dim:
+                    samples = first.size(dim)  # `batch_of`'s common case, written out
+                else:
+                    samples = batch_of(module, args, kwargs, tensor)
                 if not rec.marker_chosen:
                     hooks._choose_marker(module, args, kwargs)
-                if rec.hot and rec.open is None and len(rec.log) < rec.max_log:
+                if rec.hot and rec.open is None and len(log) < rec.max_log:
                     # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
                     rec.open, rec.busy = kind, True
-                    rec.log.append((_BEGIN, kind, samples, rec.stamp(), None))
+                    log.append((_BEGIN, kind, samples, rec.stamp(), None))
                     try:
                         return orig(module, *args, **kwargs)
                     finally:
                         if rec.hot:
                             rec.open, rec.busy = None, False
-                            rec.log.append((_END, kind, True, rec.stamp(), None))
+                            log.append((_END, kind, True, rec.stamp(), None))
                         else:
                             rec.end()
             if not rec.begin(kind, samples):
@@ -404,14 +415,24 @@ class Hooks:
         factory times the whole `step()` call, the range's own cost included; the global step
         hooks then stand by for a class wrapped before the hooks were installed."""
         factory = owner.__dict__["profile_hook_step"].__func__
-        rec, mine, hooks = self.rec, self._mine, self
+        rec, mine, hooks, tid = self.rec, self._mine, self, self._tid
 
         def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
             stepped = factory(func)
 
             @functools.wraps(stepped)
             def step(*args: Any, **kwargs: Any) -> Any:
-                if rec.busy or not mine() or not rec.begin("opt"):
+                if rec.busy:
+                    return stepped(*args, **kwargs)
+                if (
+                    rec.hot
+                    and rec.open is None
+                    and get_ident() == tid
+                    and len(rec.log) < rec.max_log
+                ):
+                    rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging
+                    rec.log.append((_BEGIN, "opt", None, rec.stamp(), None))
+                elif not mine() or not rec.begin("opt"):
                     return stepped(*args, **kwargs)
                 hooks._stepping += 1
                 try:
@@ -426,7 +447,12 @@ class Hooks:
 
     def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         rec = self.rec
-        if not (self._stepping or rec.busy or rec.off) and get_ident() == self._tid:
+        if self._stepping or rec.busy or rec.off or get_ident() != self._tid:
+            return
+        if rec.hot and rec.open is None and len(rec.log) < rec.max_log:
+            rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging, written out
+            rec.log.append((_BEGIN, "opt", None, rec.stamp(), None))
+        else:
             rec.begin("opt")
 
     def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:

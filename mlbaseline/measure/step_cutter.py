@@ -8,16 +8,11 @@ step end) into contiguous segments, each labelled with a stage or `residual`, so
 the residual add up to the interval exactly; eval and the sink's own time are cut out. The
 rules that label the segments are in `measure.hooks`' docstring.
 
-Memory (issue 28), where the cutter has a recorder (`measure.memory_step`, the one the stage
-timer reads): its `current()` is read at every boundary, right after the mark, so each segment
-carries the bytes held at its two ends and a stage's held bytes are the sum over its segments of
-end − start (0 where a segment freed more than it allocated: the recorder's own rule); the
-recorder's step (`begin_step` / `end_step`: the peak, the reserved pool) runs from one step's
-close to the next. On the host clock each reading's own time is cut out of the step, like the
-sink's: a mark after it (`Seg.c`; after the peak's, a `memread` segment), in no stage and not in
-the residual, because it is mlb's cost, not the script's (counted in the residual it was 3–10% of
-a small script's step and hid what the script itself leaves unclaimed; `make bench`'s `attach`
-section measures it); on CUDA events the host-side reads take no device time.
+Memory (issue 28): the recorder of `measure.memory_step` (the stage timer's) is read right after
+the mark at every boundary of a read step, so a stage's held bytes are the sum over its segments
+of end − start; its step (the peak, the reserved pool) runs from one close to the next. On the
+host clock a reading's own time is mlb's, cut out like the sink's (`Seg.c`, `memread`), not
+residual (there it was 3–10% of a small script's step); CUDA events see no host-side reads.
 
 The hot path (a sink with `handover_every` > 1 on the host clock, once steps are optimizer
 steps) logs each boundary, with a read step's readings, and the log is cut later by the same
@@ -47,6 +42,7 @@ from mlbaseline.measure.step_log import (
     MEMORY_DENSE,
     MEMORY_EVERY,
     MEMORY_GAP_S,
+    MemoryCadence,
     open_tally,
     tally,
 )
@@ -84,23 +80,15 @@ class Recorder:
     ) -> None:
         self.sink, self.marker = sink, marker
         self._every = max(1, int(getattr(sink, "handover_every", 1)))
-        # how often memory is read (`_memory_due`): dense first, then the sink's cadence
-        self._memory_every, self._memory_gap_ns = MEMORY_EVERY, int(MEMORY_GAP_S * 1e9)
-        self._memory_sparse = (
-            max(1, int(getattr(sink, "memory_every", MEMORY_EVERY))),
-            int(float(getattr(sink, "memory_gap_s", MEMORY_GAP_S)) * 1e9),
-        )
-        self._memory_reads = 0
+        self._cadence = MemoryCadence(sink)  # which steps' memory is read
         self._memory_for = memory_for
         self.memory = memory_for(marker.kind) if memory_for is not None else None
         self._memory_src = self.memory  # the recorder; `memory` is it on a read step, or None
-        self._memory_skip = 0  # steps closed since the last read one began
-        self._memory_at: Any = None  # the mark where the last read step began
         self._held = 0  # the recorder's reading at the last boundary
         self.off = False
         self.open: str | None = None  # the outermost interval now open
-        # an interval is open that nothing else may cut (an optimizer step may: its closure);
-        # an attribute, not a property: every patched call reads it first
+        # an interval is open that nothing else may cut (an optimizer step may: its
+        # closure); every patched call reads it first
         self.busy = False
         self.inner = 0  # module calls nested inside it
         self.mode = "undecided"  # "optimizer" | "backward" once known
@@ -125,33 +113,32 @@ class Recorder:
 
     def _init_log(self, sink: Sink) -> None:
         """The hot path's state: its log, its memory readings, settling at the end."""
-        # boundaries logged by the hot path, (`measure.step_log`), cut at the step's
-        # optimizer step (`_replay`); `_lazy`: the next boundary is logged, not cut
+        # the hot path's log (`measure.step_log`), cut by `_replay`; `_lazy`: boundaries are
+        # logged, not cut; `hot` (`_rehot`): logged, on, no readings due, so that a boundary is
+        # a mark (`stamp`) and an append, which `measure.hooks`' wrappers do themselves
         self.log: list[tuple[int, str, Any, Any, Any]] = []
         self._lazy = False
-        # the hot path in one flag (`_rehot`): logging, on, no close's readings to take and
-        # no step being read, so that a boundary is a mark (`stamp`) and an append, which
-        # `measure.hooks`' wrappers then do themselves (one call each fewer)
         self.hot = False
         self.stamp = self.marker.mark
         self.max_log = MAX_LOG
-        # the hot path's memory readings (see `_log_boundary`): the step being read (its
-        # recorder), whether the step that begins at the next close is read, and whether an
-        # optimizer step has ended and the next boundary that is no update closes the step
+        # the hot path's readings (`_log_boundary`): the step read (its recorder), whether
+        # the next one is, and whether the next boundary that is no update closes the step
         self._hot_read: StepMemoryRecorder | None = None
         self._hot_next = False
         self._hot_closing = False
         # a `_READ` entry's readings, for the close that follows it (`_close`, `_apart`)
         self._given: tuple[Any, Any, Any] | None = None
-        # settling at the end (MAX_SETTLE_LOG): the log's entries already tallied, the open
-        # step's tally (start, candidate end, last mark, time left out before and after the
-        # candidate), the records handed over and not yet filled
+        # settling at the end (MAX_SETTLE_LOG): the entries tallied, the open step's tally
+        # (`open_tally`), the records handed over and not yet filled
         self._settle = bool(getattr(sink, "settle_at_end", False))
         self._settling = False
         self._tallied = 0
+        # the entries where a tally does more than note the mark (`tally`'s stops)
+        self._stops: list[int] = []
         self._tally_state: list[Any] = []
         self._unfilled: deque[HookStep] = deque()
         self._logged = 0  # optimizer steps in the log
+        self._handover_at = 0  # the mark by which they are handed over (HANDOVER_GAP_NS)
 
     # ------------------------------------------------------------ events
 
@@ -173,6 +160,7 @@ class Recorder:
         if marker is None or marker is self.marker:
             return
         self.log.clear()  # the old clock's marks: dropped
+        self._stops.clear()
         self._lazy, self._logged, self._tallied = False, 0, 0
         self._read_next = self._hot_next = self._hot_closing = False
         self._hot_read = self._given = None
@@ -180,7 +168,7 @@ class Recorder:
         self.stamp = marker.mark
         if self._memory_for is not None:
             self.memory = self._memory_src = self._memory_for(marker.kind)
-            self._memory_skip, self._memory_at = 0, None
+            self._cadence.restart()
         self._pending = None
         self._queue.clear()  # marks of the old clock: this one cannot read them
         self._due = False
@@ -238,6 +226,8 @@ class Recorder:
         kind, self.open, self.busy = self.open, None, False
         if self._lazy:
             if self._hot_read is None:
+                if kind == "opt":  # (an optimizer step that ends inside another's)
+                    self._stops.append(len(self.log))
                 self.log.append((_END, kind, keep, self.marker.mark(), None))
             else:
                 self._log_boundary(_END, kind, keep)
@@ -246,19 +236,57 @@ class Recorder:
         self._after_event()
 
     def opt_post(self) -> None:
-        """An optimizer step returned (its post hook)."""
+        """An optimizer step returned (its post hook). On the host clock, once steps are
+        optimizer steps, the step's end: is the next step's memory read (the hot path then
+        takes its readings), and are the logged steps due to be cut and handed over (or,
+        settling at the end, tallied)? (One function, not two: this runs every step.)"""
         if self._lazy and self.open == "opt" and not self.inner and not self.off:
             # the hot path: the step's end, logged (as `end()` would) and decided at once
             self.open = None
             if self._hot_read is None:
                 mark = self.marker.mark()
+                self._stops.append(len(self.log))
                 self.log.append((_END, "opt", True, mark, None))
             else:
                 mark = self._log_boundary(_END, "opt", True)
-            self._step_end(mark)
-            return
+        else:
+            mark = self._opt_end()
+            if mark is None:
+                return
+        read = False
+        if self._memory_src is not None:
+            # the cadence's "not yet" (most steps), without the call
+            cad = self._cadence
+            since = cad.at
+            if since is None or cad.skip + 1 >= cad.every or mark - since >= cad.gap_ns:
+                read = cad.due(mark)
+            else:
+                cad.skip += 1
+        if self._lazy:  # the hot path takes the close's readings (`_log_boundary`)
+            # (a second optimizer's step in the same step keeps the first one's "read");
+            # the close takes readings only where a step on either side of it is read
+            self._hot_next = self._hot_next or read
+            closing = self._hot_read is not None or self._hot_next
+            if closing != self._hot_closing:
+                self._hot_closing = closing
+                self._rehot()
+        elif read:
+            self._read_next = True
+        if len(self.log) > self._tallied:
+            self._logged += 1
+            if self._logged == 1:  # the oldest waiting entry's: handed over by this time
+                self._handover_at = self.log[self._tallied][3] + HANDOVER_GAP_NS
+            if self._logged >= self._every or mark >= self._handover_at:
+                if self._settling:
+                    self._tally()
+                else:
+                    self._replay()
+
+    def _opt_end(self) -> Any:
+        """`opt_post` off the hot path: the optimizer step's end cut (or logged); the mark of
+        a step's end on the host clock, once steps are optimizer steps, else None."""
         if self.off:
-            return
+            return None
         if self.open == "opt":
             self.end()
         elif self.open is None and self._closure:
@@ -270,31 +298,10 @@ class Recorder:
                 self._closure_end_cut(None)
                 self._after_event()
         else:
-            return
-        if self.mode == "optimizer" and self.marker.kind == "cpu":
-            self._step_end(self.marker.mark())
-
-    def _step_end(self, mark: int) -> None:
-        """An optimizer step's end on the host clock, once steps are optimizer steps: is the
-        next step's memory read (the hot path then takes its readings), and are the logged
-        steps due to be cut and handed over (or, settling at the end, tallied)?"""
-        read = self._memory_src is not None and self._memory_due(mark)
-        if self._lazy:  # the hot path takes the close's readings (`_log_boundary`)
-            # (a second optimizer's step in the same step keeps the first one's "read");
-            # the close takes readings only where a step on either side of it is read
-            self._hot_next = self._hot_next or read
-            self._hot_closing = self._hot_read is not None or self._hot_next
-            self._rehot()
-        elif read:
-            self._read_next = True
-        log = self.log
-        if len(log) > self._tallied:
-            self._logged += 1
-            if self._logged >= self._every or mark - log[self._tallied][3] >= HANDOVER_GAP_NS:
-                if self._settling:
-                    self._tally()
-                else:
-                    self._replay()
+            return None
+        if self.mode != "optimizer" or self.marker.kind != "cpu":
+            return None
+        return self.marker.mark()
 
     # ------------------------------------------------------------ the hot path's log
 
@@ -340,6 +347,7 @@ class Recorder:
             self._rehot()
         mark = self.marker.mark()
         reading = self._hot_read
+        self._stops.append(len(self.log))
         if reading is None:
             self.log.append((op, kind, arg, mark, None))
         else:
@@ -361,6 +369,7 @@ class Recorder:
                 held = upcoming.current()
         self._hot_read = upcoming
         readings = (memory, held, upcoming is not None)
+        self._stops.append(len(self.log))
         self.log.append((_READ, "", readings, self.marker.mark(), None))
 
     def _replay(self) -> None:
@@ -371,6 +380,7 @@ class Recorder:
         # a copy, the log cleared in place: one list for the recorder's life
         log = self.log[:]
         self.log.clear()
+        self._stops.clear()
         self._logged = self._tallied = 0
         if self._settling:  # settled: hand-overs from here go on as for any batched sink
             self._settling, self.max_log = False, MAX_LOG
@@ -401,7 +411,7 @@ class Recorder:
         """Settling at the end: the steps closed since the last tally go to the sink by their
         totals (`step_log.tally`), records the cut fills in (`flush`); its time is mlb's."""
         log = self.log
-        totals = tally(log, self._tallied, self._tally_state)
+        totals = tally(log, self._tallied, self._tally_state, self._stops)
         self._tallied, self._logged = len(log), 0
         for total in totals:
             record = HookStep(total / 1e9, {})
@@ -410,6 +420,7 @@ class Recorder:
             if not self._settling:  # the sink settled the log (its stop rule was met)
                 return
         held = self._hot_read.current() if self._hot_read is not None else None
+        self._stops.append(len(log))
         log.append((_MLB, "", held, self.marker.mark(), None))
 
     # ------------------------------------------------------------ cutting one boundary
@@ -647,25 +658,7 @@ class Recorder:
         if self.mode == "optimizer":
             read, self._read_next = self._read_next, False
             return src if read else None
-        return src if self._memory_due(self._last) else None
-
-    def _memory_due(self, now: int | None) -> bool:
-        """Whether the next step's memory is read, on the host clock (MEMORY_EVERY, or the
-        sink's `memory_every`; its marks are nanoseconds)."""
-        self._memory_skip += 1
-        since = self._memory_at
-        if (
-            since is not None
-            and now is not None
-            and self._memory_skip < self._memory_every
-            and now - since < self._memory_gap_ns
-        ):
-            return False
-        self._memory_skip, self._memory_at = 0, now
-        self._memory_reads += 1
-        if self._memory_reads == MEMORY_DENSE:
-            self._memory_every, self._memory_gap_ns = self._memory_sparse
-        return True
+        return src if self._cadence.due(self._last) else None
 
     def _drain(self) -> None:
         """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's

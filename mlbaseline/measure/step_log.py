@@ -10,6 +10,7 @@ is read `(held bytes, the mark after the reading)` (the reading's own time is in
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from mlbaseline.measure.step_types import MINE, Seg
@@ -52,16 +53,69 @@ HANDOVER_GAP_S = 0.25
 HANDOVER_GAP_NS = int(HANDOVER_GAP_S * 1e9)  # the host clock's marks are nanoseconds
 
 
-def tally(log: list[tuple[int, str, Any, Any, Any]], first: int, state: list[Any]) -> list[int]:
+class MemoryCadence:
+    """Which steps have their memory read on the host clock (MEMORY_EVERY, MEMORY_GAP_S, then
+    the sink's `memory_every` / `memory_gap_s` after MEMORY_DENSE reads): `due(now)` as a step
+    begins (its marks are nanoseconds). `Recorder.opt_post`, run every step, tests its
+    "not yet" itself, without the call."""
+
+    __slots__ = ("at", "every", "gap_ns", "reads", "skip", "sparse")
+
+    def __init__(self, sink: Any) -> None:
+        self.every, self.gap_ns = MEMORY_EVERY, int(MEMORY_GAP_S * 1e9)
+        self.sparse = (
+            max(1, int(getattr(sink, "memory_every", MEMORY_EVERY))),
+            int(float(getattr(sink, "memory_gap_s", MEMORY_GAP_S)) * 1e9),
+        )
+        self.reads = 0
+        self.skip = 0  # steps closed since the last read one began
+        self.at: Any = None  # the mark where the last read step began
+
+    def restart(self) -> None:
+        """Another clock: the next step is read."""
+        self.skip, self.at = 0, None
+
+    def due(self, now: int | None) -> bool:
+        self.skip += 1
+        since = self.at
+        if (
+            since is not None
+            and now is not None
+            and self.skip < self.every
+            and now - since < self.gap_ns
+        ):
+            return False
+        self.skip, self.at = 0, now
+        self.reads += 1
+        if self.reads == MEMORY_DENSE:
+            self.every, self.gap_ns = self.sparse
+        return True
+
+
+def tally(
+    log: list[tuple[int, str, Any, Any, Any]], first: int, state: list[Any], stops: list[int]
+) -> list[int]:
     """The totals (ns) of the steps that close in `log[first:]`, from the marks alone: each
     step's interval less the time in no step (mlb's, a reading's tail; an eval stretch stays
     in, where the cut takes it out). The closes are the cutter's: the first boundary after an
     optimizer step that is no update (a second optimizer's step: the step goes on). `state`
-    (`open_tally`'s) is the open step's, carried from one call to the next."""
+    (`open_tally`'s) is the open step's, carried from one call to the next. `stops`: the
+    entries (ascending) that may be more than a boundary inside a step (an optimizer step's
+    end, a closure's, a reading, mlb's time): inside a step the others are skipped, their
+    last mark kept."""
     start, end, last, before, after = state
     totals = []
-    for i in range(first, len(log)):
+    i, n = first, len(log)
+    while i < n:
+        if end is None:  # inside a step: on to the next stop (~10 entries a step: ~1 here)
+            k = bisect_left(stops, i)
+            nxt = stops[k] if k < len(stops) else n
+            if nxt > i:
+                last, i = log[nxt - 1][3], nxt
+                if i == n:
+                    break
         op, kind, _arg, mark, extra = log[i]
+        i += 1
         if end is not None and op in (_BEGIN, _BEGIN_CLOSURE) and kind != "aux":
             if kind == "opt":
                 end, before, after = None, before + after, 0
@@ -116,6 +170,7 @@ __all__ = [
     "MEMORY_DENSE",
     "MEMORY_EVERY",
     "MEMORY_GAP_S",
+    "MemoryCadence",
     "open_tally",
     "tally",
 ]

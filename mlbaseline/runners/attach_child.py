@@ -235,7 +235,7 @@ class MeasureSink:
         if self.done:
             return
         loop = self.loop
-        if not self.steps:
+        if not loop.records:  # (not `steps`, a property: this runs every step)
             self.on_training_started()
             self._start_telemetry()
             self._start_meter()
@@ -246,7 +246,7 @@ class MeasureSink:
         loop.end(record, record.total_s)
         if not warm and loop.warmup is not None:
             self.emit({"event": "measuring"})
-        if loop.done:
+        if loop.reason:  # (`done`)
             self.finish()
 
     def on_training_started(self) -> None:
