@@ -270,3 +270,47 @@ def test_the_warmup_test_runs_once_per_step_on_the_newest_window_only(monkeypatc
     assert loop.warmup == 60 and loop.capped
     # steps 10..68 test (the newest window starts at j >= warmup_min = 2): one test each
     assert len(seen) == 68 - (2 + 8) + 1 and set(seen) == {8}
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        StopRule(min_time_s=3.0, max_steps=10_000, max_time_s=1e6, warmup_max=40),  # stable
+        StopRule(min_time_s=1e6, max_steps=150, max_time_s=1e6, warmup_max=40),  # max_steps
+        StopRule(min_time_s=1e6, max_steps=10_000, max_time_s=9.0, warmup_max=40),  # max_time
+    ],
+)
+def test_steps_ended_together_take_the_decisions_of_steps_ended_one_by_one(rule: StopRule):
+    """`end_quiet` (attach's hand-over of 16 steps at a time) records a batch in one go only
+    where none of its steps could decide: the warm-up, the stop and the steps recorded are
+    those of the same batches ended one by one, whichever threshold ends the run."""
+    import random
+
+    rng = random.Random(7)
+    times = [0.3 / (i + 1) + 0.02 + rng.gauss(0, 0.0005) for i in range(4000)]
+    loops = []
+    quiet = 0
+    for batched in (False, True):
+        clock = ManualClock()
+        loop: StepLoop[float] = StepLoop(rule, clock)
+        for at in range(0, len(times), 16):
+            batch = times[at : at + 16]
+            clock.advance(sum(batch))  # handed over together, at the last one's end
+            if batched and not loop.done and loop.end_quiet(batch, batch):
+                quiet += 1
+                continue
+            for v in batch:
+                if loop.done:
+                    break
+                loop.begin()
+                loop.end(v, v)
+        loops.append(loop)
+    one, together = loops
+    assert one.done and quiet > 0
+    assert (together.warmup, together.capped, together.reason) == (
+        one.warmup,
+        one.capped,
+        one.reason,
+    )
+    assert together.records == one.records and together.values == one.values
+    assert len(together.starts) == len(one.starts) == len(one.ends) == len(together.ends)

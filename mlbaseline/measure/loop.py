@@ -228,6 +228,31 @@ class StepLoop(Generic[T]):
             self.reason = decision.stop
         return decision
 
+    def end_quiet(self, records: list[T], values: list[float]) -> bool:
+        """Several finished steps at once, recorded as `end()` one by one would where none of
+        them can take a decision: the warm-up known, and the last of them short of each stop
+        threshold (steps, measured time, the time cap: they only grow from one step to the
+        next, and the stability test runs only past the first two). False, nothing recorded,
+        where one could: then `end()` each (`runners.attach_child`'s hand-over of 16)."""
+        warmup, r = self.warmup, self.rule
+        if warmup is None or self.agree is not None or self.reason:
+            return False
+        now = self.clock.now_ns()
+        n = len(self.values) + len(values) - warmup
+        measured_s = (now - self.starts[warmup]) / 1e9 if warmup < len(self.starts) else 0.0
+        if (
+            (n >= r.min_steps and measured_s >= r.min_time_s)
+            or n >= r.max_steps
+            or (now - self._t0) / 1e9 >= r.max_time_s
+        ):
+            return False
+        k = len(records)
+        self.records.extend(records)
+        self.values.extend(float(v) for v in values)
+        self.starts.extend([now] * k)
+        self.ends.extend([now] * k)
+        return True
+
     def drop(self) -> None:
         """A step begun and not ended (it failed, or an epoch ended inside it) is no step."""
         if len(self.starts) > len(self.records):

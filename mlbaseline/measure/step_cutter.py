@@ -413,12 +413,18 @@ class Recorder:
         log = self.log
         totals = tally(log, self._tallied, self._tally_state, self._stops)
         self._tallied, self._logged = len(log), 0
-        for total in totals:
-            record = HookStep(total / 1e9, {})
-            self._unfilled.append(record)
-            self.sink.on_step(record)
-            if not self._settling:  # the sink settled the log (its stop rule was met)
-                return
+        records = [HookStep(total / 1e9, {}) for total in totals]
+        self._unfilled.extend(records)  # (a record past a stop rule met: filled, not handed)
+        take = getattr(self.sink, "on_steps", None)  # several at once, where it takes them so
+        if take is not None:
+            take(records)
+        else:
+            for record in records:
+                self.sink.on_step(record)
+                if not self._settling:
+                    break
+        if not self._settling:  # the sink settled the log (its stop rule was met)
+            return
         held = self._hot_read.current() if self._hot_read is not None else None
         self._stops.append(len(log))
         log.append((_MLB, "", held, self.marker.mark(), None))

@@ -59,7 +59,8 @@ class Sink(Protocol):
     without it each step is handed over at the next step's first boundary. Optional
     `memory_every: int` and `memory_gap_s: float` set how often a step's memory is read on
     the host clock after the first MEMORY_DENSE reads (MEMORY_EVERY, MEMORY_GAP_S before
-    them and without them)."""
+    them and without them). One that settles at the end (`settle_at_end = True`) may take the
+    records of a tally together (`on_steps(records)`), else each goes to `on_step`."""
 
     def on_step(self, record: HookStep) -> None: ...
 

@@ -249,6 +249,18 @@ class MeasureSink:
         if loop.reason:  # (`done`)
             self.finish()
 
+    def on_steps(self, records: list[hooks.HookStep]) -> None:
+        """Several steps handed over at once (the recorder's tally): recorded in one go
+        where none of them can end the warm-up or the run (`StepLoop.end_quiet`), else one
+        by one (`on_step`)."""
+        loop = self.loop
+        if not self.done and loop.records and loop.end_quiet(records, [r.total_s for r in records]):
+            if self.meter is not None:  # (read at the hand-over: once for all of them)
+                self.meter.update()
+            return
+        for record in records:
+            self.on_step(record)
+
     def on_training_started(self) -> None:
         """The first backward or optimizer step (before the first whole step): the parent's
         first-step timeout is met."""
