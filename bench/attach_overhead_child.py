@@ -25,6 +25,9 @@ Here one process runs the bench script's loop (its model WIDTH wide) and prints 
   slowdown of the step's mean (median of the rounds), and beside it the sampler's own CPU time
   per second (`TelemetrySampler.overhead`).
 
+WIDTH 0: the width whose plain step takes ~10 ms on this machine (`sized`), the issue's
+reference step, whatever the machine's speed.
+
 Usage: attach_overhead_child.py hooks|telemetry ROUNDS N BATCH WIDTH [KEY=VALUE…]
 """
 
@@ -96,10 +99,37 @@ def rounds_of(rounds: int, run: Callable[[bool], Block]) -> tuple[list[Block], l
 
 
 def _quartiles(values: list[float]) -> dict[str, Any]:
+    """The median of the rounds, their quartiles, and the median's 95% confidence interval
+    (distribution-free: order statistics, `scipy.stats.quantile_test`)."""
+    from scipy.stats import quantile_test
+
+    median = statistics.median(values)
+    ci = quantile_test(values, q=median, p=0.5).confidence_interval(0.95)
     return {
-        "added_s": statistics.median(values),
+        "added_s": median,
         "added_q": statistics.quantiles(values, n=4) if len(values) > 1 else values,
+        "added_ci": [float(ci.low), float(ci.high)],
     }
+
+
+TARGET_S = 0.010  # the issue's reference step
+
+
+def sized(batch: int) -> tuple[int, float]:
+    """The bench model's width whose plain step takes ~TARGET_S here (WIDTH 0): its cost grows
+    as w·(266 + w) (three linear layers, 256 → w → w → 10), so each try solves for the width
+    from the step measured at the last, three tries at most (within 10%, kept)."""
+    width, step_s = 512, 0.0
+    for _ in range(3):
+        step = loop(batch, width)
+        for _ in range(5):  # warm-up
+            step()
+        step_s = statistics.median(step()[0] for _ in range(15))
+        if abs(step_s / TARGET_S - 1) <= 0.10:
+            break
+        scale = TARGET_S / step_s * width * (266 + width)  # the cost wanted, in w·(266 + w)
+        width = max(32, min(4096, round((-266 + (266**2 + 4 * scale) ** 0.5) / 2 / 16) * 16))
+    return width, step_s
 
 
 def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
@@ -212,9 +242,11 @@ def telemetry_cost(step: Step, rounds: int, steps: int) -> dict[str, Any]:
 def main() -> None:
     mode = sys.argv[1]
     rounds, steps, batch, width = (int(a) for a in sys.argv[2:6])
+    if width == 0:  # sized to a ~10 ms step on this machine
+        width, _ = sized(batch)
     step = loop(batch, width)
     figures = {"hooks": hooks_cost, "telemetry": telemetry_cost}[mode](step, rounds, steps)
-    print(json.dumps(figures))
+    print(json.dumps({**figures, "width": width}))
 
 
 if __name__ == "__main__":
