@@ -41,8 +41,8 @@ class Settling(Eager):
         self.steps.extend(records)
 
 
-def _run(sink: Eager, before: bool, memory: bool, steps: int = 60) -> list[HookStep]:
-    clock = ManualClock()
+def _stages(clock: ManualClock) -> tuple[Any, ...]:
+    """The loop's parts, each moving the clock by its stage's time."""
 
     class Draws(torch.utils.data.Dataset[Any]):
         def __len__(self) -> int:
@@ -81,6 +81,12 @@ def _run(sink: Eager, before: bool, memory: bool, steps: int = 60) -> list[HookS
             clock.advance(SCHEDULE)
             super().step(epoch)
 
+    return Draws, Model, TimedSGD, TimedStepLR
+
+
+def _run(sink: Eager, before: bool, memory: bool, steps: int = 60) -> list[HookStep]:
+    clock = ManualClock()
+    Draws, Model, TimedSGD, TimedStepLR = _stages(clock)
     model = Model()
     made = lambda: TimedSGD(model.parameters(), lr=0.01)  # noqa: E731
     opt = made() if before else None  # created before the hooks: their global step hooks

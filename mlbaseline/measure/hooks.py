@@ -335,13 +335,11 @@ class Hooks:
     # ------------------------------------------------------------ module and optimizer hooks
 
     def _wrap_call(self, owner: Any) -> None:
-        """`nn.Module.__call__`, patched rather than global forward hooks (which send every
-        module call down torch's slow path): the outermost call is timed, a call inside any
-        other interval goes straight on (the call stack does the nesting). A loss module's
-        call is `lossmod`, a call without grad or in eval mode `efwd` (eval), else a train
-        forward `fwd`, whose batch size it reads (and the first time, its device). Written
-        out here, not in helper calls: it runs at every step in the caches a training step
-        left cold, where each Python call costs microseconds (`make bench`'s overhead)."""
+        """`nn.Module.__call__`, patched (global forward hooks send every module call down
+        torch's slow path): the outermost call is timed, one inside any interval goes straight
+        on. A loss module's call is `lossmod`, one without grad or in eval mode `efwd`, else a
+        train forward `fwd`, whose batch size it reads (the first, its device). Written out,
+        not in helper calls: each costs microseconds in the caches a step left cold."""
         orig = owner.__call__
         rec, tid, hooks, tensor = self.rec, self._tid, self, self._tensor
         loss_type, grad_enabled, log, seq_dim = (
@@ -378,7 +376,7 @@ class Hooks:
                 if not rec.marker_chosen:
                     hooks._choose_marker(module, args, kwargs)
                 if rec.hot and rec.open is None and len(log) < rec.max_log:
-                    # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
+                    # the hot path, as in `_wrap` (a shared helper: the call this saves)
                     rec.open, rec.busy = kind, True
                     log.append((_BEGIN, kind, samples, rec.stamp(), None))
                     try:

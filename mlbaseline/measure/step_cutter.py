@@ -28,6 +28,7 @@ from typing import Any
 
 from mlbaseline.measure.marks import CpuMarker, CudaMarker, Marker
 from mlbaseline.measure.memory_step import StepMemoryRecorder
+from mlbaseline.measure.step_handover import HandOver
 from mlbaseline.measure.step_log import (
     _BEGIN,
     _BEGIN_CLOSURE,
@@ -58,15 +59,13 @@ from mlbaseline.measure.step_types import (
     OpenStep,
     Seg,
     Sink,
-    resolve,
 )
 
 _UPDATE = ("opt", "aux")  # an optimizer step, or a zero_grad / clipping / scheduler step
 _OPT_BEGIN = ("opt", "begin")
-MAX_PENDING = 64  # steps whose CUDA events have not completed; past it the oldest is waited for
 
 
-class Recorder:
+class Recorder(HandOver):
     """The step cutter, fed boundary events by the hooks (or by a test, on a fake marker):
     `begin(kind)` / `end()` around an interval (`data`, `h2d`, `fwd`, `efwd`, `lossmod`,
     `bwd`, `opt`, `aux`), `optimizer_created()`. Pure Python, no torch. `memory_for(kind)`:
@@ -174,8 +173,7 @@ class Recorder:
         self._due = False
         self._rehot()
 
-    def turn_off(self) -> None:
-        """Record nothing more (the hooks stay in place, passing every call through)."""
+    def turn_off(self) -> None:  # nothing more recorded (the hooks pass every call through)
         self.off, self.hot = True, False
 
     def _rehot(self) -> None:
@@ -236,10 +234,9 @@ class Recorder:
         self._after_event()
 
     def opt_post(self) -> None:
-        """An optimizer step returned (its post hook). On the host clock, once steps are
-        optimizer steps, the step's end: is the next step's memory read (the hot path then
-        takes its readings), and are the logged steps due to be cut and handed over (or,
-        settling at the end, tallied)? (One function, not two: this runs every step.)"""
+        """An optimizer step returned (its post hook); on the host clock, once steps are
+        optimizer steps, the step's end: is the next step's memory read, and are the logged
+        steps due to be cut and handed over (or tallied)? (One function: it runs every step.)"""
         if self._lazy and self.open == "opt" and not self.inner and not self.off:
             # the hot path: the step's end, logged (as `end()` would) and decided at once
             self.open = None
@@ -283,8 +280,8 @@ class Recorder:
                     self._replay()
 
     def _opt_end(self) -> Any:
-        """`opt_post` off the hot path: the optimizer step's end cut (or logged); the mark of
-        a step's end on the host clock, once steps are optimizer steps, else None."""
+        """`opt_post` off the hot path: the step's end cut (or logged); its mark where it ends
+        a step on the host clock, else None."""
         if self.off:
             return None
         if self.open == "opt":
@@ -512,34 +509,6 @@ class Recorder:
         self.mode = "optimizer"
         self._step.candidate = len(self._step.segs)
 
-    def flush(self, block: bool = False) -> None:
-        """Hand every step whose marks can be read to the sink (`block`: wait for them)."""
-        if self.log:
-            self._replay()
-        while self._queue:
-            closed = self._queue[0]
-            last = closed.segs[-1].b
-            if not self.marker.ready(last):
-                if not block and len(self._queue) <= MAX_PENDING:
-                    return
-                self.marker.wait(last)
-            self._queue.popleft()
-            # the host clock's marks are nanoseconds: subtracted there, no call a segment
-            record = resolve(
-                closed, None if isinstance(self.marker, CpuMarker) else self.marker.seconds
-            )
-            release = getattr(self.marker, "release", None)
-            if release is not None:  # the step's last mark begins the next step: kept
-                release([seg.a for seg in closed.segs])
-            if self._unfilled:  # handed over already, by its total (`_tally`): filled in
-                given = self._unfilled.popleft()
-                for name in HookStep.__slots__:
-                    setattr(given, name, getattr(record, name))
-                continue
-            self.sink.on_step(record)
-
-    # ------------------------------------------------------------ cutting
-
     def _gap(self, kind: str) -> str:
         """The label of the time between the last boundary and this `kind`'s start."""
         prev, step = self._prev, self._step
@@ -665,38 +634,6 @@ class Recorder:
             read, self._read_next = self._read_next, False
             return src if read else None
         return src if self._cadence.due(self._last) else None
-
-    def _drain(self) -> None:
-        """Hand the steps whose marks can be read to the sink, from inside a hook: the sink's
-        own time (the stop rule's tests, say) is cut out as a segment no step counts. Looked at
-        once after each step closes, and at every boundary while marks are awaited."""
-        queue = self._queue
-        if not queue:
-            self._due = False
-            return
-        if len(queue) <= MAX_PENDING and not self.marker.ready(queue[0].segs[-1].b):
-            return  # the device is not there yet: looked at again at the next boundary
-        if len(queue) < self._every and not self._handover_due(queue[0].segs[-1].b):
-            self._due = False  # looked at again when the next step closes
-            return
-        self._handover()
-
-    def _handover(self) -> None:
-        """Hand the closed steps over now; the sink's time is mlb's, in no step."""
-        self.flush()
-        self._due = bool(self._queue)
-        if self._last is not None and not self.off:
-            if self.memory is not None:  # what the sink allocated is in no stage
-                self._held = self.memory.current()
-            mark = self.marker.mark()
-            self._step.segs.append(Seg(MLB, self._last, mark))
-            self._last = mark
-
-    def _handover_due(self, oldest_end: Any) -> bool:
-        """The oldest waiting step ended HANDOVER_GAP_S or more before the last boundary (a
-        slow step is not held back for the next N)."""
-        last = self._last
-        return last is None or self.marker.seconds(oldest_end, last) >= HANDOVER_GAP_S
 
 
 __all__ = [
