@@ -342,12 +342,8 @@ class Hooks:
         not in helper calls: each costs microseconds in the caches a step left cold."""
         orig = owner.__call__
         rec, tid, hooks, tensor = self.rec, self._tid, self, self._tensor
-        loss_type, grad_enabled, log, seq_dim = (
-            self._loss_type,
-            self._grad_enabled,
-            rec.log,
-            _SEQ_DIM,
-        )
+        loss_type, grad_enabled = self._loss_type, self._grad_enabled
+        log, seq_dim = rec.log, _SEQ_DIM  # (one log list for the recorder's life)
         inline = _torch_call(orig)
 
         @functools.wraps(orig)
