@@ -108,6 +108,9 @@ def _run(sink: Eager, before: bool, memory: bool, steps: int = 60) -> list[HookS
                 if done == steps:
                     break
         h.rec.flush(block=True)
+        # every attribute the hot path reads is a slot (`Recorder.__slots__`): one set
+        # anywhere else lands in an instance dict, a slower lookup on every boundary
+        assert vars(h.rec) == {}
     finally:
         h.uninstall()
     return sink.steps

@@ -250,6 +250,7 @@ class Hooks:
     def _wrap(self, owner: Any, name: str, kind: str) -> None:
         orig = getattr(owner, name)
         rec, tid, log = self.rec, self._tid, self.rec.log  # (one log list for its life)
+        clock = rec.clock  # (one list for its life)
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -259,13 +260,13 @@ class Hooks:
             if rec.hot and rec.open is None and get_ident() == tid and len(log) < rec.max_log:
                 # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
                 rec.open, rec.busy = kind, True
-                log.append((_BEGIN, kind, None, rec.stamp(), None))
+                log.append((_BEGIN, kind, None, clock[0](), None))
                 try:
                     return orig(*args, **kwargs)
                 finally:
                     if rec.hot:
                         rec.open, rec.busy = None, False
-                        log.append((_END, kind, True, rec.stamp(), None))
+                        log.append((_END, kind, True, clock[0](), None))
                     else:
                         rec.end()
             if rec.off or get_ident() != tid or not rec.begin(kind):
@@ -343,7 +344,7 @@ class Hooks:
         orig = owner.__call__
         rec, tid, hooks, tensor = self.rec, self._tid, self, self._tensor
         loss_type, grad_enabled = self._loss_type, self._grad_enabled
-        log, seq_dim = rec.log, _SEQ_DIM  # (one log list for the recorder's life)
+        log, seq_dim, clock = rec.log, _SEQ_DIM, rec.clock  # (one list each for its life)
         inline = _torch_call(orig)
 
         @functools.wraps(orig)
@@ -374,13 +375,13 @@ class Hooks:
                 if rec.hot and rec.open is None and len(log) < rec.max_log:
                     # the hot path, as in `_wrap` (a shared helper: the call this saves)
                     rec.open, rec.busy = kind, True
-                    log.append((_BEGIN, kind, samples, rec.stamp(), None))
+                    log.append((_BEGIN, kind, samples, clock[0](), None))
                     try:
                         return orig(module, *args, **kwargs)
                     finally:
                         if rec.hot:
                             rec.open, rec.busy = None, False
-                            log.append((_END, kind, True, rec.stamp(), None))
+                            log.append((_END, kind, True, clock[0](), None))
                         else:
                             rec.end()
             if not rec.begin(kind, samples):
@@ -410,6 +411,7 @@ class Hooks:
         hooks then stand by for a class wrapped before the hooks were installed."""
         factory = owner.__dict__["profile_hook_step"].__func__
         rec, mine, hooks, tid = self.rec, self._mine, self, self._tid
+        clock = rec.clock
 
         def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
             stepped = factory(func)
@@ -425,7 +427,7 @@ class Hooks:
                     and len(rec.log) < rec.max_log
                 ):
                     rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging
-                    rec.log.append((_BEGIN, "opt", None, rec.stamp(), None))
+                    rec.log.append((_BEGIN, "opt", None, clock[0](), None))
                 elif not mine() or not rec.begin("opt"):
                     return stepped(*args, **kwargs)
                 hooks._stepping += 1
@@ -445,7 +447,7 @@ class Hooks:
             return
         if rec.hot and rec.open is None and len(rec.log) < rec.max_log:
             rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging, written out
-            rec.log.append((_BEGIN, "opt", None, rec.stamp(), None))
+            rec.log.append((_BEGIN, "opt", None, rec.clock[0](), None))
         else:
             rec.begin("opt")
 

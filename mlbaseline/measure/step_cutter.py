@@ -71,6 +71,20 @@ class Recorder(HandOver):
     `bwd`, `opt`, `aux`), `optimizer_created()`. Pure Python, no torch. `memory_for(kind)`:
     the memory recorder for a marker's kind ("cpu", "cuda"; None: no memory)."""
 
+    # Slots, not an instance dict: the hooks read and set these on every boundary, and past
+    # 30 attributes CPython 3.11 gives an instance a dict of its own (each access a hinted
+    # lookup in a ~2 KB table, cold after a training step's torch work: `make bench`'s attach
+    # overhead); a slot is a fixed offset in the one object. (A test may still set another
+    # attribute: the hand-over half keeps an instance dict.)
+    __slots__ = (
+        "_cadence", "_closure", "_due", "_eval", "_every", "_given", "_handover_at", "_held",
+        "_hot_closing", "_hot_next", "_hot_read", "_in_loss", "_last", "_lazy", "_logged",
+        "_memory_for", "_memory_src", "_pending", "_prev", "_queue", "_read_next", "_settle",
+        "_settling", "_step", "_stops", "_tallied", "_tally_state", "_training", "_undo",
+        "_unfilled", "_window", "busy", "clock", "hot", "inner", "log", "marker",
+        "marker_chosen", "max_log", "memory", "mode", "off", "open", "optimizers", "sink",
+    )  # fmt: skip
+
     def __init__(
         self,
         sink: Sink,
@@ -114,11 +128,14 @@ class Recorder(HandOver):
         """The hot path's state: its log, its memory readings, settling at the end."""
         # the hot path's log (`measure.step_log`), cut by `_replay`; `_lazy`: boundaries are
         # logged, not cut; `hot` (`_rehot`): logged, on, no readings due, so that a boundary is
-        # a mark (`stamp`) and an append, which `measure.hooks`' wrappers do themselves
+        # a mark (`clock[0]()`) and an append, which `measure.hooks`' wrappers do themselves
         self.log: list[tuple[int, str, Any, Any, Any]] = []
         self._lazy = False
         self.hot = False
-        self.stamp = self.marker.mark
+        # the marker's mark function in a list the wrappers keep (one for the recorder's
+        # life): an item of a list is a specialized load, a bound method held in an instance
+        # attribute a generic lookup each call
+        self.clock: list[Callable[[], Any]] = [self.marker.mark]
         self.max_log = MAX_LOG
         # the hot path's readings (`_log_boundary`): the step read (its recorder), whether
         # the next one is, and whether the next boundary that is no update closes the step
@@ -164,7 +181,7 @@ class Recorder(HandOver):
         self._read_next = self._hot_next = self._hot_closing = False
         self._hot_read = self._given = None
         self.marker, self._last, self._step = marker, None, OpenStep()
-        self.stamp = marker.mark
+        self.clock[0] = marker.mark
         if self._memory_for is not None:
             self.memory = self._memory_src = self._memory_for(marker.kind)
             self._cadence.restart()
