@@ -6,6 +6,8 @@ end). The records must be the same, and the known times."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -139,3 +141,41 @@ def test_the_hot_path_gives_the_records_of_the_cut_as_it_comes(before: bool, mem
     assert step.samples == 4
     if memory:
         assert sum(s.memory is not None for s in settled) >= 4
+
+
+_FRESH = """
+import torch
+from torch.optim import optimizer as opt
+from mlbaseline.measure import hooks
+
+class Sink:
+    def __init__(self):
+        self.steps = []
+    def on_step(self, record):
+        self.steps.append(record)
+
+sink = Sink()
+h = hooks.install(sink, memory=False)
+print(len(opt._global_optimizer_pre_hooks), len(opt._global_optimizer_post_hooks))
+model = torch.nn.Linear(4, 1)
+sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(6):
+    sgd.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    sgd.step()
+h.rec.flush(block=True)
+h.uninstall()
+print(len(sink.steps), all(s.stages["optimizer"] > 0 for s in sink.steps))
+"""
+
+
+def test_a_process_whose_optimizers_come_after_the_hooks_has_no_global_step_hook():
+    """As under `mlb attach` (the hooks in before the script's first line): every optimizer
+    class is wrapped by the step factory's wrapper, torch's global step hooks (two calls a
+    step, idle under that wrapper) are left out, and the steps are cut all the same."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH], capture_output=True, text=True, timeout=300, check=True
+    )
+    hooks_seen, steps = done.stdout.split("\n")[:2]
+    assert hooks_seen == "0 0"
+    assert steps == "5 True"  # (the last step closes at the next step's first boundary)

@@ -170,6 +170,7 @@ class Hooks:
         self._patched: list[tuple[Any, str, Any, Any]] = []
         self._handles: list[Any] = []
         self._stepping = 0  # optimizer steps inside the step wrapper (its hooks then idle)
+        self._global_hooks = True  # whether torch's global step hooks are needed (`install`)
         self._iters: weakref.WeakSet[Any] = weakref.WeakSet()  # multi-process loader iterators
 
     def install(self) -> Hooks:
@@ -183,6 +184,14 @@ class Hooks:
         self._grad_enabled = torch.is_grad_enabled
         self._tensor = torch.Tensor
         self._wrap_call(mod.Module)
+        # torch's global step hooks serve only an optimizer class whose `step` torch wrapped
+        # before now: a class first made from here on goes through the step factory's wrapper
+        # (below), and without them torch's wrapper calls no hook of ours on each step (two
+        # calls a step that would return at once under the wrapper: `mlb attach`'s case)
+        self._global_hooks = any(
+            getattr(kind.__dict__.get("step"), "hooked", False)
+            for kind in _subclasses(opt.Optimizer)
+        )
         self._register_step_hooks()
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", "data")
         self._watch_workers(dataloader._MultiProcessingDataLoaderIter)
@@ -234,6 +243,8 @@ class Hooks:
     def _register_step_hooks(self) -> None:
         from torch.optim import optimizer as opt
 
+        if not self._global_hooks:
+            return
         self._handles += [
             opt.register_optimizer_step_pre_hook(self._opt_pre),
             opt.register_optimizer_step_post_hook(self._opt_post),
