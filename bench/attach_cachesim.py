@@ -45,6 +45,7 @@ void cg_zero(void) { CALLGRIND_ZERO_STATS; }
 void cg_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
 """
 PHASES = (("H1", True), ("P1", False), ("P2", False), ("H2", True))
+SHARED = ("package", "width", "batch", "pairs", "warmup")  # the options the child is given
 
 
 def build_helper(folder: Path) -> Path:
@@ -71,9 +72,8 @@ def child(args: argparse.Namespace) -> None:
         memory_gap_s = 1e6  # memory read by the step count alone: the same steps every run
 
     cutter.HANDOVER_GAP_NS, cutter.MAX_SETTLE_LOG = 10**15, 10**7  # hand-overs by count
-    never = ["throughput.min_time_s=1000000", "throughput.max_steps=100000000"]
-    never += ["throughput.max_time_s=1000000", "throughput.telemetry=false"]
-    sink = Sink(config.build(config.Config, config.parse_set(never)), lambda e: None, None, {})
+    settings = config.parse_set(list(attach_overhead_child.NEVER_STOP))
+    sink = Sink(config.build(config.Config, settings), lambda e: None, None, {})
     installed = hooks.install(sink)
     sink.hooks = installed
     installed.suspend()
@@ -155,9 +155,6 @@ def parent(args: argparse.Namespace) -> None:
     print("hooked - plain, a step:", report(per_step(found, args.pairs, ("1", "2"))))
     for half in ("1", "2"):
         print(f"  half {half}:              ", report(per_step(found, args.pairs, (half,))))
-
-
-SHARED = ("package", "width", "batch", "pairs", "warmup")
 
 
 def main(argv: list[str] | None = None) -> None:

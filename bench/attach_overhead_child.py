@@ -132,15 +132,23 @@ def sized(batch: int) -> tuple[int, float]:
     return width, step_s
 
 
+# the measuring sink's settings in the benches: a stop rule that never ends inside them (every
+# hooked step goes to the sink; at the default 120 s cap the recorder went off mid-bench), the
+# telemetry sampler off (measured apart)
+NEVER_STOP = (
+    "throughput.min_time_s=1000000",
+    "throughput.max_steps=100000000",
+    "throughput.max_time_s=1000000",
+    "throughput.telemetry=false",
+)
+
+
 def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
     from mlbaseline.config import Config, build, parse_set
     from mlbaseline.measure import hooks, step_cutter
     from mlbaseline.runners.attach_child import MeasureSink
 
-    # a stop rule that never ends inside the bench: every hooked step goes to the sink
-    never = ["throughput.min_time_s=1000000", "throughput.max_steps=100000000"]
-    never += ["throughput.max_time_s=1000000"]  # (at 120 s the recorder went off mid-bench)
-    never += ["throughput.telemetry=false", *sys.argv[6:]]
+    never = [*NEVER_STOP, *sys.argv[6:]]
 
     class Sink(MeasureSink):  # the rules that go by time: twice it (see the docstring)
         memory_gap_s = MeasureSink.memory_gap_s * 2
