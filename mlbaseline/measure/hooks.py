@@ -69,7 +69,7 @@ from mlbaseline.measure.step_cutter import (
     Recorder,
     Sink,
 )
-from mlbaseline.measure.step_log import _BEGIN, _END
+from mlbaseline.measure.step_log import _END, KIND_CODE
 
 
 def batch_of(
@@ -144,6 +144,7 @@ def _torch_call(call: Any) -> bool:
     )
 
 
+_OPT_BEGIN = KIND_CODE["opt"]  # an optimizer step's begin's code (`step_log.entry`)
 CLIP_NAMES = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
 _ACTIVE: list[Recorder] = []  # recorders installed in this process (a fork disables them)
 
@@ -165,7 +166,7 @@ class Hooks:
     ) -> None:
         self.rec = rec
         self._choose = choose_marker
-        self._tid = threading.get_ident()
+        self._tid = rec.tid = threading.get_ident()
         # (owner, name, wrapper, original) of each patch; the global optimizer step hooks' handles
         self._patched: list[tuple[Any, str, Any, Any]] = []
         self._handles: list[Any] = []
@@ -260,27 +261,34 @@ class Hooks:
 
     def _wrap(self, owner: Any, name: str, kind: str) -> None:
         orig = getattr(owner, name)
-        rec, tid, log = self.rec, self._tid, self.rec.log  # (one log list for its life)
-        clock = rec.clock  # (one list for its life)
+        rec = self.rec
+        # the codes of this interval's begin and end in the log (`step_log.entry`)
+        begin, end = KIND_CODE[kind], _END << 4 | KIND_CODE[kind]
 
+        # (what a boundary reads is in `rec`'s first cache line, not in closure cells: each
+        # cell is an object of its own, a cache line more after torch's work evicted it)
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # `_mine()` inlined: this runs for every data batch, backward and zero_grad
             if rec.busy:
                 return orig(*args, **kwargs)
-            if rec.hot and rec.open is None and get_ident() == tid and len(log) < rec.max_log:
-                # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
-                rec.open, rec.busy = kind, True
-                log.append((_BEGIN, kind, None, clock[0](), None))
-                try:
-                    return orig(*args, **kwargs)
-                finally:
-                    if rec.hot:
-                        rec.open, rec.busy = None, False
-                        log.append((_END, kind, True, clock[0](), None))
-                    else:
-                        rec.end()
-            if rec.off or get_ident() != tid or not rec.begin(kind):
+            if rec.hot and rec.open is None and get_ident() == rec.tid:
+                log = rec.log
+                if len(log) < rec.max_log:
+                    # the hot path (`Recorder.hot`): `begin` and `end`'s logging, written out
+                    rec.open, rec.busy = kind, True
+                    now = rec.now
+                    log += (begin, now())  # (one step: `step_log`)
+                    try:
+                        return orig(*args, **kwargs)
+                    finally:
+                        if rec.hot:
+                            rec.open, rec.busy = None, False
+                            now = rec.now
+                            log += (end, now())
+                        else:
+                            rec.end()
+            if rec.off or get_ident() != rec.tid or not rec.begin(kind):
                 return orig(*args, **kwargs)
             try:
                 return orig(*args, **kwargs)
@@ -353,9 +361,9 @@ class Hooks:
         train forward `fwd`, whose batch size it reads (the first, its device). Written out,
         not in helper calls: each costs microseconds in the caches a step left cold."""
         orig = owner.__call__
-        rec, tid, hooks, tensor = self.rec, self._tid, self, self._tensor
-        loss_type, grad_enabled = self._loss_type, self._grad_enabled
-        log, seq_dim, clock = rec.log, _SEQ_DIM, rec.clock  # (one list each for its life)
+        rec, hooks, tensor = self.rec, self, self._tensor
+        loss_type, grad_enabled, seq_dim = self._loss_type, self._grad_enabled, _SEQ_DIM
+        begin, end = KIND_CODE["fwd"], _END << 4 | KIND_CODE["fwd"]  # (`_wrap`'s)
         inline = _torch_call(orig)
 
         @functools.wraps(orig)
@@ -367,7 +375,7 @@ class Hooks:
                         return compiled(*args, **kwargs)
                     return module._call_impl(*args, **kwargs)
                 return orig(module, *args, **kwargs)
-            if rec.off or get_ident() != tid:
+            if rec.off or get_ident() != rec.tid:
                 return orig(module, *args, **kwargs)
             samples = None
             if isinstance(module, loss_type):
@@ -383,16 +391,19 @@ class Hooks:
                     samples = batch_of(module, args, kwargs, tensor)
                 if not rec.marker_chosen:
                     hooks._choose_marker(module, args, kwargs)
+                log = rec.log
                 if rec.hot and rec.open is None and len(log) < rec.max_log:
                     # the hot path, as in `_wrap` (a shared helper: the call this saves)
                     rec.open, rec.busy = kind, True
-                    log.append((_BEGIN, kind, samples, clock[0](), None))
+                    now = rec.now
+                    log += ((samples or 0) << 8 | begin, now())
                     try:
                         return orig(module, *args, **kwargs)
                     finally:
                         if rec.hot:
                             rec.open, rec.busy = None, False
-                            log.append((_END, kind, True, clock[0](), None))
+                            now = rec.now
+                            log += (end, now())
                         else:
                             rec.end()
             if not rec.begin(kind, samples):
@@ -421,8 +432,8 @@ class Hooks:
         factory times the whole `step()` call, the range's own cost included; the global step
         hooks then stand by for a class wrapped before the hooks were installed."""
         factory = owner.__dict__["profile_hook_step"].__func__
-        rec, mine, hooks, tid = self.rec, self._mine, self, self._tid
-        clock = rec.clock
+        rec, mine, hooks = self.rec, self._mine, self
+        begin = KIND_CODE["opt"]
 
         def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
             stepped = factory(func)
@@ -434,11 +445,12 @@ class Hooks:
                 if (
                     rec.hot
                     and rec.open is None
-                    and get_ident() == tid
+                    and get_ident() == rec.tid
                     and len(rec.log) < rec.max_log
                 ):
                     rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging
-                    rec.log.append((_BEGIN, "opt", None, clock[0](), None))
+                    now = rec.now
+                    rec.log += (begin, now())
                 elif not mine() or not rec.begin("opt"):
                     return stepped(*args, **kwargs)
                 hooks._stepping += 1
@@ -458,7 +470,8 @@ class Hooks:
             return
         if rec.hot and rec.open is None and len(rec.log) < rec.max_log:
             rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging, written out
-            rec.log.append((_BEGIN, "opt", None, rec.clock[0](), None))
+            now = rec.now
+            rec.log += (_OPT_BEGIN, now())
         else:
             rec.begin("opt")
 

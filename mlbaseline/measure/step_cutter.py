@@ -34,16 +34,20 @@ from mlbaseline.measure.step_log import (
     _BEGIN_CLOSURE,
     _CLOSURE_END,
     _END,
+    _HELD,
     _MLB,
     _READ,
     HANDOVER_GAP_NS,
     HANDOVER_GAP_S,
+    KIND_CODE,
+    KINDS,
     MAX_LOG,
     MAX_SETTLE_LOG,
     MEMORY_DENSE,
     MEMORY_EVERY,
     MEMORY_GAP_S,
     MemoryCadence,
+    entry,
     open_tally,
     tally,
 )
@@ -63,6 +67,7 @@ from mlbaseline.measure.step_types import (
 
 _UPDATE = ("opt", "aux")  # an optimizer step, or a zero_grad / clipping / scheduler step
 _OPT_BEGIN = ("opt", "begin")
+_OPT_END = _END << 4 | KIND_CODE["opt"]  # an optimizer step's end's code (`step_log.entry`)
 
 
 class Recorder(HandOver):
@@ -74,15 +79,18 @@ class Recorder(HandOver):
     # Slots, not an instance dict: the hooks read and set these on every boundary, and past
     # 30 attributes CPython 3.11 gives an instance a dict of its own (each access a hinted
     # lookup in a ~2 KB table, cold after a training step's torch work: `make bench`'s attach
-    # overhead); a slot is a fixed offset in the one object. (A test may still set another
-    # attribute: the hand-over half keeps an instance dict.)
-    __slots__ = (
+    # overhead); a slot is a fixed offset in the one object. The first six, the ones each of
+    # the hooks' wrappers reads, share the object's first cache line with its header (a
+    # boundary comes after torch's work has evicted them: each line is a miss). (A test may
+    # still set another attribute: the hand-over half keeps an instance dict.)
+    __slots__ = (  # noqa: RUF023 (in layout order: the hot ones first)
+        "busy", "hot", "open", "tid", "log", "now", "max_log", "off", "inner",
         "_cadence", "_closure", "_due", "_eval", "_every", "_given", "_handover_at", "_held",
         "_hot_closing", "_hot_next", "_hot_read", "_in_loss", "_last", "_lazy", "_logged",
         "_memory_for", "_memory_src", "_pending", "_prev", "_queue", "_read_next", "_settle",
         "_settling", "_step", "_stops", "_tallied", "_tally_state", "_training", "_undo",
-        "_unfilled", "_window", "busy", "clock", "hot", "inner", "log", "marker",
-        "marker_chosen", "max_log", "memory", "mode", "off", "open", "optimizers", "sink",
+        "_unfilled", "_window", "aux", "marker", "marker_chosen", "memory", "mode",
+        "optimizers", "sink",
     )  # fmt: skip
 
     def __init__(
@@ -107,6 +115,7 @@ class Recorder(HandOver):
         self.mode = "undecided"  # "optimizer" | "backward" once known
         self.optimizers = 0
         self.marker_chosen = False
+        self.tid: int | None = None  # the thread that records (set by the hooks)
         self._step = OpenStep()
         self._last: Any = None  # the last boundary's mark
         self._prev = ("start", "end")  # the last boundary: (kind, "begin" | "end")
@@ -126,17 +135,18 @@ class Recorder(HandOver):
 
     def _init_log(self, sink: Sink) -> None:
         """The hot path's state: its log, its memory readings, settling at the end."""
-        # the hot path's log (`measure.step_log`), cut by `_replay`; `_lazy`: boundaries are
-        # logged, not cut; `hot` (`_rehot`): logged, on, no readings due, so that a boundary is
-        # a mark (`clock[0]()`) and an append, which `measure.hooks`' wrappers do themselves
-        self.log: list[tuple[int, str, Any, Any, Any]] = []
+        # the hot path's log (`measure.step_log`: a code and a mark an entry), cut by `_replay`, the
+        # objects its entries name (`aux`); `_lazy`: boundaries are logged, not cut; `hot`
+        # (`_rehot`): logged, on, no readings due, so that a boundary is a mark (`now()`) and
+        # an append, which `measure.hooks`' wrappers do themselves
+        self.log: list[int] = []
+        self.aux: list[Any] = []
         self._lazy = False
         self.hot = False
-        # the marker's mark function in a list the wrappers keep (one for the recorder's
-        # life): an item of a list is a specialized load, a bound method held in an instance
-        # attribute a generic lookup each call
-        self.clock: list[Callable[[], Any]] = [self.marker.mark]
-        self.max_log = MAX_LOG
+        # the marker's mark function (the wrappers read it into a local and call that: a
+        # method call on a slot is a generic lookup each time)
+        self.now: Callable[[], Any] = self.marker.mark
+        self.max_log = 2 * MAX_LOG  # (its items: two an entry)
         # the hot path's readings (`_log_boundary`): the step read (its recorder), whether
         # the next one is, and whether the next boundary that is no update closes the step
         self._hot_read: StepMemoryRecorder | None = None
@@ -176,12 +186,13 @@ class Recorder(HandOver):
         if marker is None or marker is self.marker:
             return
         self.log.clear()  # the old clock's marks: dropped
+        self.aux.clear()
         self._stops.clear()
         self._lazy, self._logged, self._tallied = False, 0, 0
         self._read_next = self._hot_next = self._hot_closing = False
         self._hot_read = self._given = None
         self.marker, self._last, self._step = marker, None, OpenStep()
-        self.clock[0] = marker.mark
+        self.now = marker.mark
         if self._memory_for is not None:
             self.memory = self._memory_src = self._memory_for(marker.kind)
             self._cadence.restart()
@@ -207,7 +218,7 @@ class Recorder(HandOver):
             if self._hot_closing or self._hot_read is not None:
                 self._log_boundary(_BEGIN, kind, samples)
             else:
-                log.append((_BEGIN, kind, samples, self.marker.mark(), None))
+                log += ((samples or 0) << 8 | KIND_CODE[kind], self.marker.mark())
             if len(log) >= self.max_log:
                 self._replay()
             return True
@@ -243,7 +254,7 @@ class Recorder(HandOver):
             if self._hot_read is None:
                 if kind == "opt":  # (an optimizer step that ends inside another's)
                     self._stops.append(len(self.log))
-                self.log.append((_END, kind, keep, self.marker.mark(), None))
+                self.log += (entry(_END, kind, 0 if keep else 1), self.marker.mark())
             else:
                 self._log_boundary(_END, kind, keep)
             return
@@ -260,7 +271,7 @@ class Recorder(HandOver):
             if self._hot_read is None:
                 mark = self.marker.mark()
                 self._stops.append(len(self.log))
-                self.log.append((_END, "opt", True, mark, None))
+                self.log += (_OPT_END, mark)
             else:
                 mark = self._log_boundary(_END, "opt", True)
         else:
@@ -289,7 +300,7 @@ class Recorder(HandOver):
         if len(self.log) > self._tallied:
             self._logged += 1
             if self._logged == 1:  # the oldest waiting entry's: handed over by this time
-                self._handover_at = self.log[self._tallied][3] + HANDOVER_GAP_NS
+                self._handover_at = self.log[self._tallied + 1] + HANDOVER_GAP_NS
             if self._logged >= self._every or mark >= self._handover_at:
                 if self._settling:
                     self._tally()
@@ -347,13 +358,14 @@ class Recorder(HandOver):
             return
         if self._queue:
             self._handover()
-        self._settling, self.max_log, self._tallied = True, MAX_SETTLE_LOG, len(self.log)
+        self._settling, self.max_log, self._tallied = True, 2 * MAX_SETTLE_LOG, len(self.log)
         self._tally_state = open_tally(self._step.segs, self._step.candidate, self._last)
 
     def _log_boundary(self, op: int, kind: str, arg: Any) -> Any:
         """Log a boundary where the hot path does more than append it: a step's close (the
         first boundary after an optimizer step that is no update: its readings, `_log_close`),
-        or a read step's reading after the mark (`step_log`'s `extra`). Returns the mark."""
+        or a read step's reading after the mark (a `_HELD` entry after it). Returns the mark.
+        `arg`: a begin's batch size, an end's `keep`."""
         if self._hot_closing and op in (_BEGIN, _BEGIN_CLOSURE) and kind != "aux":
             self._hot_closing = False  # an optimizer step: the step goes on, else it closes
             if kind != "opt" and (self._hot_read is not None or self._hot_next):
@@ -361,12 +373,13 @@ class Recorder(HandOver):
             self._rehot()
         mark = self.marker.mark()
         reading = self._hot_read
-        self._stops.append(len(self.log))
-        if reading is None:
-            self.log.append((op, kind, arg, mark, None))
-        else:
+        log = self.log
+        self._stops.append(len(log))
+        log += (entry(op, kind, (0 if arg else 1) if op == _END else arg or 0), mark)
+        if reading is not None:
             held = reading.current()
-            self.log.append((op, kind, arg, mark, (held, self.marker.mark())))
+            self._stops.append(len(log))
+            log += (entry(_HELD, "", held), self.marker.mark())
         return mark
 
     def _log_close(self) -> None:
@@ -382,9 +395,9 @@ class Recorder(HandOver):
             if closing is None:
                 held = upcoming.current()
         self._hot_read = upcoming
-        readings = (memory, held, upcoming is not None)
+        self.aux.append((memory, held, upcoming is not None))
         self._stops.append(len(self.log))
-        self.log.append((_READ, "", readings, self.marker.mark(), None))
+        self.log += (entry(_READ, "", len(self.aux) - 1), self.marker.mark())
 
     def _replay(self) -> None:
         """Cut the logged boundaries, in order, at their logged marks (a read step's
@@ -392,25 +405,34 @@ class Recorder(HandOver):
         log is cut, and why it is logged at all: `measure.step_log`. A replay ends settling
         at the end: the records handed over by their totals are filled in (`flush`)."""
         # a copy, the log cleared in place: one list for the recorder's life
-        log = self.log[:]
+        log, aux = self.log[:], self.aux[:]
         self.log.clear()
+        self.aux.clear()
         self._stops.clear()
         self._logged = self._tallied = 0
         if self._settling:  # settled: hand-overs from here go on as for any batched sink
-            self._settling, self.max_log = False, MAX_LOG
-        for op, kind, arg, mark, extra in log:
+            self._settling, self.max_log = False, 2 * MAX_LOG
+        i, n = 0, len(log)
+        while i < n:
+            code, mark = log[i], log[i + 1]
+            i += 2
+            op, kind, arg = (code >> 4) & 15, KINDS[code & 15], code >> 8
+            extra = None  # a read step's reading after the mark: the next entry
+            if op <= _BEGIN_CLOSURE and i < n and (log[i] >> 4) & 15 == _HELD:
+                extra, i = (log[i] >> 8, log[i + 1]), i + 2
             if op in (_BEGIN, _BEGIN_CLOSURE):
-                self._begin_cut(kind, arg, op == _BEGIN_CLOSURE, mark, extra)
+                self._begin_cut(kind, arg or None, op == _BEGIN_CLOSURE, mark, extra)
             elif op == _END:
-                self._end_cut(kind, arg, mark, extra)
+                self._end_cut(kind, arg == 0, mark, extra)
             elif op == _CLOSURE_END:
                 self._closure_end_cut(mark, extra)
             elif op == _READ:  # the next close's readings, taken when it came
-                memory, held, self._read_next = arg
+                memory, held, self._read_next = aux[arg]
                 self._given = (memory, held, mark)
             else:  # _MLB: a tally's time (`_drain`'s reading after it, where memory is read)
-                if arg is not None:
-                    self._held = arg
+                held = aux[arg]
+                if held is not None:
+                    self._held = held
                 if self._last is not None:
                     self._step.segs.append(Seg(MLB, self._last, mark))
                 self._last = mark
@@ -439,9 +461,9 @@ class Recorder(HandOver):
                     break
         if not self._settling:  # the sink settled the log (its stop rule was met)
             return
-        held = self._hot_read.current() if self._hot_read is not None else None
+        self.aux.append(self._hot_read.current() if self._hot_read is not None else None)
         self._stops.append(len(log))
-        log.append((_MLB, "", held, self.marker.mark(), None))
+        log += (entry(_MLB, "", len(self.aux) - 1), self.marker.mark())
 
     # ------------------------------------------------------------ cutting one boundary
 

@@ -2,10 +2,18 @@
 how many wait, when they are handed over, on which steps memory is read, and the tally that
 gives each logged step's total from the marks alone.
 
-An entry is `(op, kind, arg, mark, extra)`: `op` one of the codes below, `kind` the interval's
-(`data`, `fwd`, `opt`, …), `arg` a forward's batch size, an end's `keep`, or a close's readings,
-`mark` the boundary's mark (nanoseconds on the host clock), and `extra` on a step whose memory
-is read `(held bytes, the mark after the reading)` (the reading's own time is in no step).
+An entry is two items of the log, a code and a mark: the code `arg << 8 | op << 4 | kind`
+(`entry`, `unpack`) with `op` one of the codes below, `kind` the interval's index in KINDS
+(`data`, `fwd`, `opt`, …) and `arg` a forward's batch size (0: none), 1 on an end that moved
+nothing (`keep=False`), a close's readings or a tally's reading (an index into the recorder's
+`aux` list), or on a `_HELD` entry the held bytes read right after the boundary before it; the
+mark the boundary's (nanoseconds on the host clock; a `_HELD` entry's: the mark after that
+reading, whose own time is in no step). Both go in at once (`log += (code, mark)`: an
+interrupt between two appends would leave half an entry). Not a tuple kept an entry: ints are
+objects the garbage collector never tracks, where ~10 tuples a step, each tracked until the
+next collection, made the hooks' process collect every ~60 steps (a plain training loop keeps
+next to nothing), and its full collections (~150 ms each) landed in measured steps. (Nor one
+int packing code and mark: its shifts on a 2-digit int cost more than the tuple.)
 """
 
 from __future__ import annotations
@@ -19,8 +27,24 @@ from mlbaseline.measure.step_types import MINE, Seg
 # cut (a long eval stretch has no optimizer step to end it)
 _BEGIN, _END, _CLOSURE_END, _BEGIN_CLOSURE = 0, 1, 2, 3
 # a step's close where memory is read on either side (the readings the cutter's close takes,
-# taken by the hot path), and the time of a hand-over from the log (mlb's: in no step)
-_READ, _MLB = 4, 5
+# taken by the hot path), the time of a hand-over from the log (mlb's: in no step), and a read
+# step's reading right after a boundary
+_READ, _MLB, _HELD = 4, 5, 6
+KINDS = ("data", "h2d", "fwd", "efwd", "lossmod", "bwd", "opt", "aux", "")
+KIND_CODE = {kind: i for i, kind in enumerate(KINDS)}
+OPT_CODE, AUX_CODE = KIND_CODE["opt"], KIND_CODE["aux"]
+
+
+def entry(op: int, kind: str, arg: int = 0) -> int:
+    """A log entry's code (the hooks' wrappers keep theirs: `begin`, `end`)."""
+    return arg << 8 | op << 4 | KIND_CODE[kind]
+
+
+def unpack(code: int) -> tuple[int, str, int]:
+    """(op, kind, arg) of a log entry's code."""
+    return (code >> 4) & 15, KINDS[code & 15], code >> 8
+
+
 MAX_LOG = 512
 # A sink that says `settle_at_end = True` (the measuring sink) has the log cut only when it is
 # flushed (the stop rule met, or the script's end): meanwhile each closed step's total is worked
@@ -92,17 +116,15 @@ class MemoryCadence:
         return True
 
 
-def tally(
-    log: list[tuple[int, str, Any, Any, Any]], first: int, state: list[Any], stops: list[int]
-) -> list[int]:
+def tally(log: list[int], first: int, state: list[Any], stops: list[int]) -> list[int]:
     """The totals (ns) of the steps that close in `log[first:]`, from the marks alone: each
     step's interval less the time in no step (mlb's, a reading's tail; an eval stretch stays
     in, where the cut takes it out). The closes are the cutter's: the first boundary after an
     optimizer step that is no update (a second optimizer's step: the step goes on). `state`
     (`open_tally`'s) is the open step's, carried from one call to the next. `stops`: the
-    entries (ascending) that may be more than a boundary inside a step (an optimizer step's
-    end, a closure's, a reading, mlb's time): inside a step the others are skipped, their
-    last mark kept."""
+    entries (ascending; an entry is two items: `first` and these are its code's place) that
+    may be more than a boundary inside a step (an optimizer step's end, a closure's, a
+    reading, mlb's time): inside a step the others are skipped, their last mark kept."""
     start, end, last, before, after = state
     totals = []
     i, n = first, len(log)
@@ -111,33 +133,26 @@ def tally(
             k = bisect_left(stops, i)
             nxt = stops[k] if k < len(stops) else n
             if nxt > i:
-                last, i = log[nxt - 1][3], nxt
+                last, i = log[nxt - 1], nxt  # (the mark of the entry before it)
                 if i == n:
                     break
-        op, kind, _arg, mark, extra = log[i]
-        i += 1
-        if end is not None and op in (_BEGIN, _BEGIN_CLOSURE) and kind != "aux":
-            if kind == "opt":
+        entry, mark = log[i], log[i + 1]
+        i += 2
+        op, code = (entry >> 4) & 15, entry & 15
+        if end is not None and op in (_BEGIN, _BEGIN_CLOSURE) and code != AUX_CODE:
+            if code == OPT_CODE:
                 end, before, after = None, before + after, 0
             else:
                 totals.append(end - start - before)
                 start, end, before, after = end, None, after, 0
-        if op in (_READ, _MLB):  # mlb's time since the last mark
+        if op >= _READ:  # mlb's time since the last mark (a hand-over, a reading)
             if end is None:
                 before += mark - last
             else:
                 after += mark - last
-            last = mark
-            continue
-        if op == _CLOSURE_END or (op == _END and kind == "opt"):
+        elif op == _CLOSURE_END or (op == _END and code == OPT_CODE):
             end = mark
         last = mark
-        if extra is not None:  # a reading after the mark: its time is in no step
-            if end is None:
-                before += extra[1] - mark
-            else:
-                after += extra[1] - mark
-            last = extra[1]
     state[:] = [start, end, last, before, after]
     return totals
 
@@ -163,14 +178,20 @@ def open_tally(segs: list[Seg], candidate: int | None, last: Any) -> list[Any]:
 
 
 __all__ = [
+    "AUX_CODE",
     "HANDOVER_GAP_NS",
     "HANDOVER_GAP_S",
+    "KINDS",
+    "KIND_CODE",
     "MAX_LOG",
     "MAX_SETTLE_LOG",
     "MEMORY_DENSE",
     "MEMORY_EVERY",
     "MEMORY_GAP_S",
+    "OPT_CODE",
     "MemoryCadence",
+    "entry",
     "open_tally",
     "tally",
+    "unpack",
 ]
