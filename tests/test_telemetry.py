@@ -355,3 +355,37 @@ def test_rss_from_statm_and_its_errors_on_a_fake_tree(tmp_path):
     (tmp_path / "4400" / "statm").write_text("garbage\n")
     row = sampler.sample_once()
     assert "rss:" in row["error"] and "4400/statm" in row["error"] and row["rss_bytes"] == ""
+
+
+def test_the_per_core_cpu_figure_is_psutils_from_one_pread(tmp_path):
+    """`_CpuStat` reads /proc/stat through a kept descriptor and gives psutil's per-core busy
+    %: each field's rise (a fall counts as none), guest and guest_nice left out of the total
+    (user and nice hold them), idle and iowait out of busy; the first read 0.0 a core."""
+    from mlbaseline.measure.telemetry import _CpuStat
+
+    stat = tmp_path / "stat"
+    head = "cpu  1 1 1 1 1 1 1 1 0 0\n"
+    stat.write_text(head + "cpu0 100 0 50 800 50 0 0 0 0 0\ncpu1 10 0 10 100 5 0 0 0 0 0\nintr 9\n")
+    reader = _CpuStat(str(stat))
+    assert reader.read() == [0.0, 0.0]
+    # cpu0: user +60 (20 of it guest), system +20, idle +100, iowait +20 -> busy 80 of 200;
+    # cpu1: iowait falls (counted as no rise), idle +30, user +10 -> busy 10 of 40
+    stat.write_text(
+        head + "cpu0 160 0 70 900 70 0 0 0 20 0\ncpu1 20 0 10 130 1 0 0 0 0 0\nintr 9\n"
+    )
+    assert reader.read() == [40.0, 25.0]  # (the kept descriptor: the same file, rewritten)
+    reader.close()
+
+
+def test_the_per_core_cpu_figure_agrees_with_psutil_on_this_machine():
+    import psutil
+
+    from mlbaseline.measure.telemetry import _CpuStat
+
+    reader = _CpuStat()
+    try:
+        ours = reader.read()
+        assert len(ours) == len(psutil.cpu_percent(percpu=True)) > 0
+        assert all(0.0 <= v <= 100.0 for v in reader.read())
+    finally:
+        reader.close()
