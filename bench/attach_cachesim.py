@@ -45,7 +45,7 @@ void cg_zero(void) { CALLGRIND_ZERO_STATS; }
 void cg_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
 """
 PHASES = (("H1", True), ("P1", False), ("P2", False), ("H2", True))
-SHARED = ("package", "width", "batch", "pairs", "warmup")  # the options the child is given
+SHARED = ("package", "width", "batch", "pairs", "warmup", "off", "memory")  # the options the child is given
 
 
 def build_helper(folder: Path) -> Path:
@@ -74,14 +74,14 @@ def child(args: argparse.Namespace) -> None:
     cutter.HANDOVER_GAP_NS, cutter.MAX_SETTLE_LOG = 10**15, 10**7  # hand-overs by count
     settings = config.parse_set(list(attach_overhead_child.NEVER_STOP))
     sink = Sink(config.build(config.Config, settings), lambda e: None, None, {})
-    installed = hooks.install(sink)
+    installed = hooks.install(sink, memory=bool(args.memory))
     sink.hooks = installed
-    installed.suspend()
+    put_in, take_out = attach_overhead_child.arms(installed, step.optimizer)
     cg.cg_start()
 
     def pair(count_hooked: bool) -> None:
         for hooked in (True, False):
-            (installed.resume if hooked else installed.suspend)()
+            (put_in if hooked else take_out)()
             if hooked == count_hooked:
                 cg.cg_toggle()
                 step()
@@ -94,6 +94,8 @@ def child(args: argparse.Namespace) -> None:
     # step in the first half)
     for _ in range(args.warmup):
         pair(True)
+    if args.off:  # the wrappers alone: every call passed through, nothing recorded
+        installed.rec.turn_off()
     cg.cg_zero()
     for name, hooked in PHASES:
         for _ in range(args.pairs):
@@ -149,6 +151,10 @@ def parent(args: argparse.Namespace) -> None:
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         found = totals(folder)
+        if args.keep:  # the dumps, for callgrind_annotate (where the difference goes, by function)
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            for dump in folder.glob("cg.out*"):
+                (Path(args.keep) / dump.name).write_bytes(dump.read_bytes())
         if done.returncode != 0 or len(found) != len(PHASES):
             raise SystemExit(f"the counted run failed:\n{done.stderr[-2000:]}")
     print(f"{args.package}, width {args.width}, batch {args.batch}, {args.pairs} pairs a phase")
@@ -169,6 +175,11 @@ def main(argv: list[str] | None = None) -> None:
         default=200,
         help="pairs before counting (past the first 128 steps' denser memory readings)",
     )
+    ap.add_argument(
+        "--off", type=int, default=0, help="1: the recorder off (the wrappers' pass-through cost)"
+    )
+    ap.add_argument("--memory", type=int, default=1, help="0: no memory readings")
+    ap.add_argument("--keep", help="a folder to copy callgrind's dumps to (callgrind_annotate)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--helper", help=argparse.SUPPRESS)
     args: Any = ap.parse_args(argv)

@@ -78,7 +78,37 @@ def loop(batch: int, width: int) -> Step:
         opt.step()
         return wall() - t0, cpu() - c0
 
+    step.optimizer = opt  # type: ignore[attr-defined]  # (`arms`)
     return step
+
+
+def arms(installed: Any, optimizer: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(hooked, plain): what puts the hooks in before a hooked step and takes them out before
+    a plain one (`Hooks.resume` / `suspend`, the same attributes set either way). The
+    optimizer was made before the hooks (the loop is built first), so torch wrapped its
+    class's `step` then and the hooks fell back to torch's global step hooks; under `mlb
+    attach` every optimizer class is first made under the hooks and its `step` is the step
+    factory's wrapper instead. That is the path measured: the class's `step` swapped between
+    torch's wrapper and the one the hooks' factory makes of the same function, no global
+    step hooks."""
+    kind = type(optimizer)
+    torch_step = kind.__dict__["step"]
+    installed.suspend()  # (the global step hooks install() put in: removed)
+    installed._global_hooks = False
+    installed.resume()
+    ours = kind.profile_hook_step(torch_step.__wrapped__)  # the factory, patched: the hooks'
+    ours.hooked = True  # (as torch's `_patch_step_function` marks it)
+
+    def hooked() -> None:
+        installed.resume()
+        kind.step = ours
+
+    def plain() -> None:
+        installed.suspend()
+        kind.step = torch_step
+
+    plain()
+    return hooked, plain
 
 
 def block(step: Step, n: int) -> Block:
@@ -164,6 +194,7 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
     # the same attributes set back and forth before either kind of step), one recorder
     installed = hooks.install(sink)
     sink.hooks = installed
+    put_in, take_out = arms(installed, step.optimizer)  # type: ignore[attr-defined]
 
     run = int(os.environ.get("BENCH_ATTACH_RUN", "1"))  # steps a side of a pair
 
@@ -172,11 +203,11 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
         return statistics.mean(w for w, _ in done), statistics.mean(c for _, c in done)
 
     def hooked() -> tuple[float, float]:
-        installed.resume()
+        put_in()
         return steps(run)
 
     def plain() -> tuple[float, float]:
-        installed.suspend()  # the same attributes set again: a type changed before either step
+        take_out()  # the same attributes set again: a type changed before either step
         return steps(run)
 
     def pair(i: int) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -185,7 +216,6 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
         off = plain()
         return hooked(), off
 
-    installed.suspend()
     for i in range(8 * step_cutter.MEMORY_EVERY + 16):  # warm-up: the dense readings
         pair(i)
     wall, cpu, steps_s = [], [], []
