@@ -173,14 +173,14 @@ NEVER_STOP = (
 )
 
 
-def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
+def measuring_hooks() -> tuple[Any, Any]:
+    """(sink, hooks): attach's measuring sink, its rules that go by time given twice their
+    time (see the docstring), and the hooks installed with it (imports torch)."""
     from mlbaseline.config import Config, build, parse_set
     from mlbaseline.measure import hooks, step_cutter
     from mlbaseline.runners.attach_child import MeasureSink
 
-    never = [*NEVER_STOP, *sys.argv[6:]]
-
-    class Sink(MeasureSink):  # the rules that go by time: twice it (see the docstring)
+    class Sink(MeasureSink):
         memory_gap_s = MeasureSink.memory_gap_s * 2
 
     step_cutter.HANDOVER_GAP_NS *= 2
@@ -189,11 +189,18 @@ def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
     # as a run's steps are (its log cut once, at the end; a default run's 500 measured steps
     # log ~5k boundaries)
     step_cutter.MAX_SETTLE_LOG = 10**7
-    sink = Sink(build(Config, parse_set(never)), lambda event: None, None, {})
-    # installed once and then suspended and resumed around each hooked step (`Hooks.suspend`:
-    # the same attributes set back and forth before either kind of step), one recorder
+    sink = Sink(build(Config, parse_set([*NEVER_STOP, *sys.argv[6:]])), lambda e: None, None, {})
     installed = hooks.install(sink)
     sink.hooks = installed
+    return sink, installed
+
+
+def hooks_cost(step: Step, rounds: int, pairs: int) -> dict[str, Any]:
+    from mlbaseline.measure import step_cutter
+
+    sink, installed = measuring_hooks()
+    # installed once, then put in and taken out around each hooked step (`arms`: the same
+    # attributes set back and forth before either kind of step), one recorder
     put_in, take_out = arms(installed, step.optimizer)  # type: ignore[attr-defined]
 
     run = int(os.environ.get("BENCH_ATTACH_RUN", "1"))  # steps a side of a pair

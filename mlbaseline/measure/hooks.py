@@ -453,6 +453,11 @@ class Hooks:
                     rec.log += (begin, now())
                 elif not mine() or not rec.begin("opt"):
                     return stepped(*args, **kwargs)
+                if not hooks._global_hooks:  # (none to idle: `mlb attach`'s case)
+                    try:
+                        return stepped(*args, **kwargs)
+                    finally:
+                        rec.opt_post()
                 hooks._stepping += 1
                 try:
                     return stepped(*args, **kwargs)

@@ -218,7 +218,8 @@ class Recorder(HandOver):
             if self._hot_closing or self._hot_read is not None:
                 self._log_boundary(_BEGIN, kind, samples)
             else:
-                log += ((samples or 0) << 8 | KIND_CODE[kind], self.marker.mark())
+                now = self.now  # (the marker's mark, without the marker's own lines)
+                log += ((samples or 0) << 8 | KIND_CODE[kind], now())
             if len(log) >= self.max_log:
                 self._replay()
             return True
@@ -254,7 +255,8 @@ class Recorder(HandOver):
             if self._hot_read is None:
                 if kind == "opt":  # (an optimizer step that ends inside another's)
                     self._stops.append(len(self.log))
-                self.log += (entry(_END, kind, 0 if keep else 1), self.marker.mark())
+                now = self.now
+                self.log += (entry(_END, kind, 0 if keep else 1), now())
             else:
                 self._log_boundary(_END, kind, keep)
             return
@@ -269,7 +271,8 @@ class Recorder(HandOver):
             # the hot path: the step's end, logged (as `end()` would) and decided at once
             self.open = None
             if self._hot_read is None:
-                mark = self.marker.mark()
+                now = self.now
+                mark = now()
                 self._stops.append(len(self.log))
                 self.log += (_OPT_END, mark)
             else:
