@@ -45,7 +45,8 @@ void cg_zero(void) { CALLGRIND_ZERO_STATS; }
 void cg_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
 """
 PHASES = (("H1", True), ("P1", False), ("P2", False), ("H2", True))
-SHARED = ("package", "width", "batch", "pairs", "warmup", "off", "memory")  # the options the child is given
+# the options the child is given
+SHARED = ("package", "width", "batch", "pairs", "warmup", "off", "memory")
 
 
 def build_helper(folder: Path) -> Path:

@@ -316,6 +316,7 @@ TEN_MS = 0.010  # the issue's reference step
 # no warmer than the wide model's). The sampler (rounds, steps a block, ...) over ~1 s blocks
 # (it wakes 10 times a second)
 SIZED = ("80", "64", "128", "0")
+STEP_TOLERANCE = 0.15  # how far from 10 ms the plain step measured may be for the judgement
 WIDE = ("30", "64", "128", "1024")
 NARROW = ("50", "256", "8", "32")
 SAMPLER = ("40", "3000", "8", "32")
@@ -347,6 +348,15 @@ def paired_rows() -> list[Row]:
     # the loop's time): its measured slowdown of the loop (beside it) is within ±1% noise here
     added, share = sized["added_s"], sampler["cpu_share"]
     total, high = added + share * TEN_MS, sized["added_ci"][1] + share * TEN_MS
+    # judged only where the plain step measured was a ~10 ms step: the model is sized before
+    # the rounds, and this machine's speed can move by a third between the two (a smaller
+    # step leaves the hooks' lines in the caches more: their cost is not a constant)
+    on_target = abs(sized["step_s"] / TEN_MS - 1) <= STEP_TOLERANCE
+    judged = (
+        ""
+        if on_target
+        else (f"; not judged: the plain step measured {secs(sized['step_s'])}, not ~10 ms")
+    )
     sq, wq, nq, cpu = sized["added_q"], wide["added_q"], narrow["added_q"], sized["cpu"]
     settle = sized.get("settle_s", float("nan"))
     rows = [
@@ -378,8 +388,8 @@ def paired_rows() -> list[Row]:
             "beside it", None),
         Row(SECTION, "attach overhead at a 10 ms step: the hooks' added time at a ~10 ms step "
             "+ the sampler's CPU share of 10 ms (judged at the interval's upper end)",
-            f"{_us(total)} = {pct(total / TEN_MS)} of a 10 ms step (up to {pct(high / TEN_MS)})",
-            "<= 1% of a 10 ms step", high <= 0.01 * TEN_MS),
+            f"{_us(total)} = {pct(total / TEN_MS)} of a 10 ms step (up to {pct(high / TEN_MS)})"
+            f"{judged}", "<= 1% of a 10 ms step", on_target and high <= 0.01 * TEN_MS),
     ]  # fmt: skip
     return rows
 
