@@ -389,3 +389,17 @@ def test_the_per_core_cpu_figure_agrees_with_psutil_on_this_machine():
         assert all(0.0 <= v <= 100.0 for v in reader.read())
     finally:
         reader.close()
+
+
+def test_without_proc_stat_the_cpu_columns_are_psutils(tmp_path, monkeypatch):
+    from mlbaseline.measure import telemetry
+
+    monkeypatch.setattr(telemetry._CpuStat, "__init__", _no_proc_stat)
+    sampler = TelemetrySampler(NullProbe(), 0.1, pids=lambda: [], clock=ManualClock())
+    assert sampler._stat is None and sampler.ncpu > 0
+    row = sampler.sample_once()
+    assert row["cpu_pct"] != "" and "cpu" not in row["error"]
+
+
+def _no_proc_stat(self, path: str = "") -> None:
+    self.path, self._fd, self._last = str(Path("/nonexistent") / "stat"), -1, None

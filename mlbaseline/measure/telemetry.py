@@ -261,7 +261,7 @@ class TelemetrySampler:
         self.csv_error: str | None = None
         self._init_errors: list[str] = []
         self.gpu_indices = list(gpu_indices) if gpu_indices is not None else self._find_gpus()
-        self._stat = _CpuStat()
+        self._stat: _CpuStat | None = _CpuStat()
         self.ncpu = len(self._cpu_percent())  # also primes its counters
         self.columns = self._columns()
         self._durations_ns: list[int] = []
@@ -350,8 +350,14 @@ class TelemetrySampler:
         return []
 
     def _cpu_percent(self) -> list[float]:
-        """Per-core busy % since the previous call (tests replace this to count the reads)."""
-        return self._stat.read()
+        """Per-core busy % since the previous call (tests replace this to count the reads);
+        psutil's where there is no /proc/stat."""
+        if self._stat is not None:
+            try:
+                return self._stat.read()
+            except FileNotFoundError:
+                self._stat = None
+        return list(self._psutil.cpu_percent(percpu=True))
 
     def _watched(self) -> list[int]:
         """The given pids and all their descendants, breadth first, without duplicates."""
@@ -570,7 +576,8 @@ class TelemetrySampler:
             # under it could be reused by another open and read as this file; a later
             # sample_once() opens them again
             self._files.close()
-            self._stat.close()
+            if self._stat is not None:
+                self._stat.close()
 
     @property
     def running(self) -> bool:
