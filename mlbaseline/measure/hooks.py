@@ -69,7 +69,7 @@ from mlbaseline.measure.step_cutter import (
     Recorder,
     Sink,
 )
-from mlbaseline.measure.step_log import _END, KIND_CODE
+from mlbaseline.measure.step_log import _BEGIN, _END, entry
 
 
 def batch_of(
@@ -144,7 +144,7 @@ def _torch_call(call: Any) -> bool:
     )
 
 
-_OPT_BEGIN = KIND_CODE["opt"]  # an optimizer step's begin's code (`step_log.entry`)
+_OPT_BEGIN = entry(_BEGIN, "opt")  # an optimizer step's begin's code in the log
 CLIP_NAMES = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
 _ACTIVE: list[Recorder] = []  # recorders installed in this process (a fork disables them)
 
@@ -262,8 +262,7 @@ class Hooks:
     def _wrap(self, owner: Any, name: str, kind: str) -> None:
         orig = getattr(owner, name)
         rec = self.rec
-        # the codes of this interval's begin and end in the log (`step_log.entry`)
-        begin, end = KIND_CODE[kind], _END << 4 | KIND_CODE[kind]
+        begin, end = entry(_BEGIN, kind), entry(_END, kind)  # their codes in the log
 
         # (what a boundary reads is in `rec`'s first cache line, not in closure cells: each
         # cell is an object of its own, a cache line more after torch's work evicted it)
@@ -363,7 +362,7 @@ class Hooks:
         orig = owner.__call__
         rec, hooks, tensor = self.rec, self, self._tensor
         loss_type, grad_enabled, seq_dim = self._loss_type, self._grad_enabled, _SEQ_DIM
-        begin, end = KIND_CODE["fwd"], _END << 4 | KIND_CODE["fwd"]  # (`_wrap`'s)
+        begin, end = entry(_BEGIN, "fwd"), entry(_END, "fwd")  # (`_wrap`'s)
         inline = _torch_call(orig)
 
         @functools.wraps(orig)
@@ -433,7 +432,6 @@ class Hooks:
         hooks then stand by for a class wrapped before the hooks were installed."""
         factory = owner.__dict__["profile_hook_step"].__func__
         rec, mine, hooks = self.rec, self._mine, self
-        begin = KIND_CODE["opt"]
 
         def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
             stepped = factory(func)
@@ -450,14 +448,9 @@ class Hooks:
                 ):
                     rec.open = "opt"  # the hot path (`Recorder.hot`): `begin`'s logging
                     now = rec.now
-                    rec.log += (begin, now())
+                    rec.log += (_OPT_BEGIN, now())
                 elif not mine() or not rec.begin("opt"):
                     return stepped(*args, **kwargs)
-                if not hooks._global_hooks:  # (none to idle: `mlb attach`'s case)
-                    try:
-                        return stepped(*args, **kwargs)
-                    finally:
-                        rec.opt_post()
                 hooks._stepping += 1
                 try:
                     return stepped(*args, **kwargs)

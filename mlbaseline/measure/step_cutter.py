@@ -39,8 +39,6 @@ from mlbaseline.measure.step_log import (
     _READ,
     HANDOVER_GAP_NS,
     HANDOVER_GAP_S,
-    KIND_CODE,
-    KINDS,
     MAX_LOG,
     MAX_SETTLE_LOG,
     MEMORY_DENSE,
@@ -50,6 +48,7 @@ from mlbaseline.measure.step_log import (
     entry,
     open_tally,
     tally,
+    unpack,
 )
 from mlbaseline.measure.step_types import (
     EVAL,
@@ -67,7 +66,7 @@ from mlbaseline.measure.step_types import (
 
 _UPDATE = ("opt", "aux")  # an optimizer step, or a zero_grad / clipping / scheduler step
 _OPT_BEGIN = ("opt", "begin")
-_OPT_END = _END << 4 | KIND_CODE["opt"]  # an optimizer step's end's code (`step_log.entry`)
+_OPT_END = entry(_END, "opt")  # an optimizer step's end's code in the log
 
 
 class Recorder(HandOver):
@@ -219,7 +218,7 @@ class Recorder(HandOver):
                 self._log_boundary(_BEGIN, kind, samples)
             else:
                 now = self.now  # (the marker's mark, without the marker's own lines)
-                log += ((samples or 0) << 8 | KIND_CODE[kind], now())
+                log += (entry(_BEGIN, kind, samples or 0), now())
             if len(log) >= self.max_log:
                 self._replay()
             return True
@@ -419,7 +418,7 @@ class Recorder(HandOver):
         while i < n:
             code, mark = log[i], log[i + 1]
             i += 2
-            op, kind, arg = (code >> 4) & 15, KINDS[code & 15], code >> 8
+            op, kind, arg = unpack(code)
             extra = None  # a read step's reading after the mark: the next entry
             if op <= _BEGIN_CLOSURE and i < n and (log[i] >> 4) & 15 == _HELD:
                 extra, i = (log[i] >> 8, log[i + 1]), i + 2
